@@ -1,0 +1,3 @@
+from envace_engine.cli import main
+
+main()

@@ -1,0 +1,61 @@
+"""``envace models``: list the registry, and smoke-test a model with a short generation."""
+
+from __future__ import annotations
+
+import time
+
+import typer
+
+app = typer.Typer(help="Models: the registry and a smoke test.", no_args_is_help=True)
+
+
+@app.command("list")
+def list_models() -> None:
+    """List built-in model names (a local checkpoint dir or sglang+http://HOST:PORT also work)."""
+    from envace_engine.models import cache_dir, registry
+
+    for name, about in registry().items():
+        typer.echo(f"{name:14s} {about}")
+    typer.echo(f"\ncache: {cache_dir()}  (override with ENVACE_CACHE)")
+    typer.echo("also: a local Hugging Face checkpoint directory, or sglang+http://HOST:PORT")
+
+
+@app.command("smoke")
+def smoke(
+    model: str = typer.Argument(..., help="model name, checkpoint dir or sglang+http://HOST:PORT"),
+    prompt: str = typer.Option("What is the capital of France?", help="user message"),
+    max_new_tokens: int = typer.Option(48, min=1, help="tokens to generate"),
+) -> None:
+    """Generate a short greedy completion; print the text and tokens/s."""
+    import torch
+
+    from envace_engine.models import ModelError, load_model, load_tokenizer, resolve
+
+    try:
+        spec = resolve(model)
+        t0 = time.perf_counter()
+        tokenizer = load_tokenizer(spec)
+        net = load_model(spec)
+    except ModelError as err:
+        raise typer.BadParameter(str(err), param_hint="MODEL") from err
+    load_s = time.perf_counter() - t0
+    ids = tokenizer.apply_chat_template(
+        [{"role": "user", "content": prompt}], add_generation_prompt=True, return_dict=True
+    )["input_ids"]
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        out = net.generate(
+            torch.tensor([ids]),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+    gen_s = time.perf_counter() - t0
+    new = out[0, len(ids) :].tolist()
+    typer.echo(f"model:      {spec.name} ({spec.path})")
+    typer.echo(f"prompt:     {prompt}")
+    typer.echo(f"completion: {tokenizer.decode(new, skip_special_tokens=True)}")
+    typer.echo(
+        f"tokens:     {len(new)} in {gen_s:.2f} s = {len(new) / gen_s:.1f} tok/s "
+        f"(load {load_s:.2f} s, {torch.get_num_threads()} threads)"
+    )

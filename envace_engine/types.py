@@ -1,0 +1,189 @@
+"""Pipeline data: the contract between the engine, storage and the studio.
+
+Everything here is a frozen dataclass of plain values so that storage can flatten it into
+Parquet rows without importing anything heavy, and so that nothing mutates an episode after
+the rollout loop hands it to a sink.
+
+Token layout (see docs/masking.md):
+
+* ``Episode.segments`` is the *agent context*: one token sequence made of ``prompt``, ``act``,
+  ``tool``/``real`` (tool messages the agent saw) and ``user`` segments, in order. Only ``act``
+  tokens are trained in it.
+* ``Episode.rehearsals`` holds every world-role generation. EnvACE renders each rehearsal as a
+  fresh two-message chat, so each one is its own sequence: ``prompt_ids`` plus one ``rehearse``
+  segment of sampled tokens, trained with the rehearse-role advantage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class Role(StrEnum):
+    """Who wrote a segment's tokens. Only ``act`` and ``rehearse`` are ever trained."""
+
+    PROMPT = "prompt"  # task data: system + first user message, tool schemas
+    ACT = "act"  # the policy acting (sampled)
+    REHEARSE = "rehearse"  # the policy playing the world (sampled, in a rehearsal sequence)
+    REAL = "real"  # a tool message whose content came from the real environment
+    TOOL = "tool"  # a tool message whose content came from a rehearsal or a simulator
+    USER = "user"  # a later user turn replayed from the task
+
+    @property
+    def trained(self) -> bool:
+        return self in (Role.ACT, Role.REHEARSE)
+
+
+class Mode(StrEnum):
+    """Who answers the agent's tool calls (ENVACE.md §1)."""
+
+    REHEARSAL = "rehearsal"
+    REAL = "real"
+    SIMULATOR = "simulator"
+
+
+class StopReason(StrEnum):
+    """Why an episode ended. Stored with every episode: a failed rollout is data."""
+
+    DONE = "done"  # final answer after the last user turn
+    MALFORMED_CALL = "malformed_call"  # the agent's tool call did not parse
+    INVALID_REHEARSAL = "invalid_rehearsal"  # the world role flagged the call as invalid
+    UNPARSEABLE_REHEARSAL = "unparseable_rehearsal"  # rehearse output did not parse
+    CONTEXT_LIMIT = "context_limit"  # the next prompt would not fit the context budget
+    TURN_LIMIT = "turn_limit"  # max agent replies per user turn reached
+    TOKEN_LIMIT = "token_limit"  # max new tokens for the episode reached
+    TRUNCATED = "truncated"  # a generation hit max_new_tokens mid-reply
+    SAMPLER_ERROR = "sampler_error"  # the sampler failed or aborted the request
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A parsed tool call: name plus JSON arguments. ``raw`` is the text it was parsed from."""
+
+    name: str
+    arguments: dict[str, Any]
+    raw: str = ""
+
+
+@dataclass(frozen=True)
+class ToolError:
+    """A structured error: a stable ``code`` (see docs/parsing.md), a message and the offending text."""
+
+    code: str
+    message: str
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """What a tool call returned: a JSON value, or an error the model sees as the tool message."""
+
+    value: Any = None
+    error: ToolError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task: user turns, tools, the environment's initial state and reference calls.
+
+    ``reference_calls[t]`` are the calls that solve user turn ``t``; ``reference_results[t]``
+    their results obtained by executing them for real. JSONL schema: docs/tasks.md.
+    """
+
+    id: str
+    suite: str
+    user_turns: tuple[str, ...]
+    tools: tuple[dict[str, Any], ...]  # OpenAI function schemas
+    initial_state: dict[str, Any]
+    reference_calls: tuple[tuple[ToolCall, ...], ...] = ()
+    reference_results: tuple[tuple[Any, ...], ...] = ()
+    system: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A run of tokens with one role. ``logprobs`` are the sampler's, only for sampled roles."""
+
+    role: Role
+    token_ids: tuple[int, ...]
+    text: str
+    logprobs: tuple[float, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.logprobs is not None and len(self.logprobs) != len(self.token_ids):
+            raise ValueError(
+                f"{self.role} segment has {len(self.token_ids)} tokens but "
+                f"{len(self.logprobs)} logprobs"
+            )
+
+
+@dataclass(frozen=True)
+class Rehearsal:
+    """One world-role generation: its own prompt and the sampled ``rehearse`` segment."""
+
+    call_index: int  # index into Episode.calls
+    prompt_ids: tuple[int, ...]
+    completion: Segment
+    grounded: bool  # whether reference results were put in the prompt (ENVACE.md §2)
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    """One tool call of the agent and every answer it got.
+
+    ``rehearsed`` is the parsed world-role answer (rehearsal mode), ``real`` the real
+    environment's answer (real mode, or the shadow environment in rehearsal mode),
+    ``simulated`` a frozen simulator's answer. ``shown`` names the one the agent saw.
+    """
+
+    turn: int  # user turn index
+    step: int  # agent reply index within the episode
+    call: ToolCall
+    shown: str  # "rehearsed" | "real" | "simulated"
+    rehearsed: ToolResult | None = None
+    real: ToolResult | None = None
+    simulated: ToolResult | None = None
+
+
+@dataclass(frozen=True)
+class Episode:
+    """One rollout of one task. ``reward`` is None until scored; None also means unscorable."""
+
+    id: str
+    task_id: str
+    suite: str
+    mode: Mode
+    group_id: str
+    segments: tuple[Segment, ...]
+    rehearsals: tuple[Rehearsal, ...] = ()
+    calls: tuple[CallRecord, ...] = ()
+    stop_reason: StopReason = StopReason.DONE
+    stop_detail: str = ""
+    reward: float | None = None
+    final_answers: tuple[str, ...] = ()  # the agent's final answer per user turn
+    drift: int = 0  # next-prompt prefix mismatches found by the token builder
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def token_ids(self) -> tuple[int, ...]:
+        return tuple(t for s in self.segments for t in s.token_ids)
+
+
+@dataclass(frozen=True)
+class TrainRow:
+    """One step-as-sample training row: a prompt and the tokens one role generated after it."""
+
+    episode_id: str
+    group_id: str
+    role: Role
+    prompt_ids: tuple[int, ...]
+    completion_ids: tuple[int, ...]
+    old_logprobs: tuple[float, ...]
+    reward: float | None

@@ -1,0 +1,1 @@
+"""EnvACE Studio: the Gradio app. Importing this package never imports torch."""

@@ -1,0 +1,74 @@
+"""Helpers for real-browser tests: start the studio as a subprocess, drive Debian chromium.
+
+Never runs ``playwright install``: Playwright is pointed at /usr/bin/chromium.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def studio_server(root: Path, extra_args: tuple[str, ...] = (), timeout_s: float = 90) -> Iterator[str]:
+    """Run ``python -m studio`` on a free port with ``root`` as its data folder; yield its URL."""
+    port = free_port()
+    env = dict(os.environ, ENVACE_HOME=str(root), GRADIO_ANALYTICS_ENABLED="False")
+    log = open(root / "studio.log", "w")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "studio", "--host", "127.0.0.1", "--port", str(port), *extra_args],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"studio exited: {(root / 'studio.log').read_text()[-3000:]}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(url, timeout=2).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"studio did not answer on {url} in {timeout_s} s")
+            time.sleep(0.5)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+@contextlib.contextmanager
+def chromium_page() -> Iterator[object]:
+    """A Playwright page in headless Debian chromium."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            yield page
+        finally:
+            browser.close()

@@ -1,0 +1,78 @@
+"""Foundation: package layout, the studio's import weight, the CLI and the model registry."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from envace_engine.models import ModelError, resolve
+
+
+def test_studio_import_does_not_import_torch():
+    code = "import sys, studio.app; assert 'torch' not in sys.modules, 'studio imported torch'"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_cli_help_lists_commands():
+    out = subprocess.run(
+        [sys.executable, "-m", "envace_engine.cli", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    for command in ("studio", "models"):
+        assert command in out
+
+
+def test_resolve_sglang_spec():
+    spec = resolve("sglang+http://127.0.0.1:30000,127.0.0.1:30001?tokenizer=tiny")
+    assert spec.kind == "sglang"
+    assert spec.urls == ("http://127.0.0.1:30000", "http://127.0.0.1:30001")
+    assert spec.tokenizer == "tiny"
+
+
+@pytest.mark.parametrize(
+    ("name", "needle"),
+    [
+        ("no-such-model", "unknown model 'no-such-model'"),
+        ("sglang+ftp://x:1", "expected sglang+http://HOST:PORT"),
+        ("sglang+http://hostonly", "needs a port"),
+    ],
+)
+def test_resolve_rejects_bad_names(name, needle):
+    with pytest.raises(ModelError, match=needle):
+        resolve(name)
+
+
+def test_tiny_model_generates(tiny_model, tokenizer):
+    import torch
+
+    ids = torch.tensor([tokenizer.encode("hello world")])
+    out = tiny_model.generate(ids, max_new_tokens=4, do_sample=False, pad_token_id=2)
+    assert out.shape == (1, ids.shape[1] + 4)
+    assert tiny_model.config.num_hidden_layers == 4
+
+
+@pytest.mark.slow
+def test_smollm2_smoke_cli():
+    out = subprocess.run(
+        [sys.executable, "-m", "envace_engine.cli", "models", "smoke", "smollm2-135m",
+         "--max-new-tokens", "12"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "Paris" in out
+    assert "tok/s" in out
+
+
+@pytest.mark.slow
+def test_smollm2_checkpoint_is_clean():
+    from transformers import AutoModelForCausalLM
+
+    spec = resolve("smollm2-135m")
+    model = AutoModelForCausalLM.from_pretrained(spec.path)
+    assert getattr(model.config, "quantization_config", None) is None
+    assert sum(p.numel() for p in model.parameters()) == pytest.approx(134.5e6, rel=0.01)
