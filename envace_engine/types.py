@@ -69,7 +69,7 @@ class ToolCall:
 
 @dataclass(frozen=True)
 class ToolError:
-    """A structured error: a stable ``code`` (see docs/parsing.md), a message and the offending text."""
+    """A structured error: a stable ``code`` (docs/parsing.md), a message, the offending text."""
 
     code: str
     message: str

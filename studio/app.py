@@ -7,7 +7,11 @@ never imports torch.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
+
+if __package__ in (None, ""):  # run as a file: Hugging Face Spaces uses `app_file: studio/app.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import gradio as gr
 
@@ -26,9 +30,8 @@ def build_app(root: str | None = None) -> gr.Blocks:
     folder = data_root(root)
     with gr.Blocks(title=TITLE) as demo:
         gr.Markdown(f"# {TITLE}\nWorld-rehearsal RL for LLM tool-use agents.", elem_id="title")
-        with gr.Tabs():
-            with gr.Tab("Home", id="home"):
-                home.build(folder)
+        with gr.Tabs(), gr.Tab("Home", id="home"):
+            home.build(folder)
     return demo
 
 
@@ -47,3 +50,7 @@ def launch(
     demo.queue(default_concurrency_limit=4).launch(
         server_name=host, server_port=port, auth=credentials, show_error=True
     )
+
+
+if __name__ == "__main__":
+    launch(host="0.0.0.0", port=int(os.environ.get("PORT", "7860")))

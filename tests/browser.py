@@ -27,7 +27,9 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def studio_server(root: Path, extra_args: tuple[str, ...] = (), timeout_s: float = 90) -> Iterator[str]:
+def studio_server(
+    root: Path, extra_args: tuple[str, ...] = (), timeout_s: float = 90
+) -> Iterator[str]:
     """Run ``python -m studio`` on a free port with ``root`` as its data folder; yield its URL."""
     port = free_port()
     env = dict(os.environ, ENVACE_HOME=str(root), GRADIO_ANALYTICS_ENABLED="False")

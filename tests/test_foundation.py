@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -42,7 +43,7 @@ def test_resolve_sglang_spec():
     ],
 )
 def test_resolve_rejects_bad_names(name, needle):
-    with pytest.raises(ModelError, match=needle):
+    with pytest.raises(ModelError, match=re.escape(needle)):
         resolve(name)
 
 
@@ -58,8 +59,16 @@ def test_tiny_model_generates(tiny_model, tokenizer):
 @pytest.mark.slow
 def test_smollm2_smoke_cli():
     out = subprocess.run(
-        [sys.executable, "-m", "envace_engine.cli", "models", "smoke", "smollm2-135m",
-         "--max-new-tokens", "12"],
+        [
+            sys.executable,
+            "-m",
+            "envace_engine.cli",
+            "models",
+            "smoke",
+            "smollm2-135m",
+            "--max-new-tokens",
+            "12",
+        ],
         capture_output=True,
         text=True,
         check=True,
