@@ -44,8 +44,6 @@ class Generation:
 class Sampler(Protocol):
     """Batched generation from token-id prompts."""
 
-    def generate(
-        self, prompts: list[list[int]], params: SamplingParams
-    ) -> list[Generation]:
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
         """One generation per prompt, in order. Failures are returned, not raised."""
         ...
