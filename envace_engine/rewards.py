@@ -1,0 +1,155 @@
+"""Task-success rewards (ENVACE.md §3), pluggable.
+
+* ``state`` — replay the agent's committed calls on a fresh real backend and compare the final
+  state and answers with the reference (``Suite.score``). Deterministic; the default.
+* ``reference`` — compare the agent's calls with the reference calls; no execution.
+* ``judge`` — an LLM judge over an OpenAI-compatible endpoint (SGLang serves one) with a checklist
+  rubric; the score is the fraction of checklist items the judge marks as met.
+
+A reward function returns ``None`` when an episode cannot be scored (the judge failed, or its
+answer did not parse). ``None`` is carried through to the advantages, which exclude the episode
+from its group's baseline: an unscorable episode is never silently scored 0.
+
+The rehearse role has no reward of its own: rehearsals are shaped only through the agent's success.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import httpx
+
+from envace_engine.environments import reference_match
+from envace_engine.environments.base import Suite
+from envace_engine.types import Episode, Task, ToolCall
+
+RewardFn = Callable[[Task, Episode], float | None]
+REWARD_KINDS = ("state", "reference", "judge")
+
+
+def committed_calls(episode: Episode, n_turns: int) -> list[list[ToolCall]]:
+    """The agent's tool calls grouped by user turn (every call it made, whoever answered it)."""
+    per_turn: list[list[ToolCall]] = [[] for _ in range(n_turns)]
+    for record in episode.calls:
+        if record.turn < n_turns:
+            per_turn[record.turn].append(record.call)
+    return per_turn
+
+
+def state_reward(suite: Suite) -> RewardFn:
+    """Replay the committed calls on a fresh real backend and score the final state."""
+
+    def score(task: Task, episode: Episode) -> float | None:
+        calls = committed_calls(episode, len(task.user_turns))
+        return float(suite.score(task, calls, list(episode.final_answers)))
+
+    return score
+
+
+def reference_reward() -> RewardFn:
+    """Fraction of reference calls the agent matched (order-aware per turn)."""
+
+    def score(task: Task, episode: Episode) -> float | None:
+        return float(reference_match(task, committed_calls(episode, len(task.user_turns))))
+
+    return score
+
+
+@dataclass(frozen=True)
+class JudgeConfig:
+    """Where and how to ask the judge. ``url`` is the server root (``/v1/chat/completions``)."""
+
+    url: str
+    model: str = "judge"
+    timeout_s: float = 60.0
+    max_retries: int = 2
+    max_tokens: int = 512
+
+
+JUDGE_SYSTEM = (
+    "You grade a tool-using assistant. For each checklist item answer whether the transcript "
+    'satisfies it. Reply with JSON only: {"items": [true|false, ...]} in checklist order.'
+)
+
+
+def checklist(task: Task) -> list[str]:
+    """The rubric: one item per reference call and one per user turn's goal."""
+    items = [
+        f"Turn {t + 1}: the assistant called {call.name} with {json.dumps(call.arguments)}"
+        for t, calls in enumerate(task.reference_calls)
+        for call in calls
+    ]
+    items += [f"Turn {t + 1} was answered: {turn!r}" for t, turn in enumerate(task.user_turns)]
+    return items
+
+
+def parse_verdict(text: str, n_items: int) -> float | None:
+    """Fraction of items met from the judge's JSON, or None if it does not parse or count."""
+    match = re.search(r"\{.*\}", text, flags=re.DOTALL)
+    if match is None:
+        return None
+    try:
+        items = json.loads(match.group(0)).get("items")
+    except (json.JSONDecodeError, AttributeError):
+        return None
+    if not isinstance(items, list) or len(items) != n_items or n_items == 0:
+        return None
+    if not all(isinstance(item, bool) for item in items):
+        return None
+    return sum(items) / n_items
+
+
+def judge_reward(config: JudgeConfig, client: httpx.Client | None = None) -> RewardFn:
+    """Ask an OpenAI-compatible judge; ``None`` when it fails or answers off-format."""
+    http = client or httpx.Client(timeout=config.timeout_s)
+
+    def score(task: Task, episode: Episode) -> float | None:
+        items = checklist(task)
+        transcript = "".join(seg.text for seg in episode.segments)
+        body = {
+            "model": config.model,
+            "temperature": 0.0,
+            "max_tokens": config.max_tokens,
+            "messages": [
+                {"role": "system", "content": JUDGE_SYSTEM},
+                {
+                    "role": "user",
+                    "content": "Checklist:\n"
+                    + "\n".join(f"{i + 1}. {item}" for i, item in enumerate(items))
+                    + f"\n\nTranscript:\n{transcript}",
+                },
+            ],
+        }
+        for _ in range(config.max_retries + 1):
+            try:
+                response = http.post(f"{config.url.rstrip('/')}/v1/chat/completions", json=body)
+            except httpx.HTTPError:
+                continue
+            if response.status_code >= 500:
+                continue
+            if response.status_code != 200:
+                return None
+            try:
+                content = response.json()["choices"][0]["message"]["content"] or ""
+            except (ValueError, KeyError, IndexError, TypeError):
+                return None
+            return parse_verdict(content, len(items))
+        return None
+
+    return score
+
+
+def make_reward(kind: str, suite: Suite, judge: JudgeConfig | None = None) -> RewardFn:
+    """Build a reward function by name (``state`` | ``reference`` | ``judge``)."""
+    if kind == "state":
+        return state_reward(suite)
+    if kind == "reference":
+        return reference_reward()
+    if kind == "judge":
+        if judge is None:
+            raise ValueError("reward 'judge' needs a judge endpoint: set judge_url in the config")
+        return judge_reward(judge)
+    raise ValueError(f"unknown reward {kind!r}: use one of {', '.join(REWARD_KINDS)}")
