@@ -1,0 +1,146 @@
+"""The on-disk schema: version number and the Arrow schema of every Parquet table.
+
+One version covers both halves of storage — the Parquet shards of a run directory and the
+studio's DuckDB file — so a run exported by one build and imported by another is checked once.
+Bump ``SCHEMA_VERSION`` on any change that an older reader would misread (a renamed or retyped
+column); adding a nullable column does not need a bump (views read shards ``union_by_name``).
+
+A "turn" in the benchmarks and docs is one row of ``segments``: one role-tagged run of tokens.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+SCHEMA_VERSION = 1
+
+TOKENS = pa.list_(pa.int32())
+LOGPROBS = pa.list_(pa.float32())
+
+EPISODES = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("step", pa.int32()),
+        ("episode_index", pa.int32()),  # position within the step: the stable sort order
+        ("episode_id", pa.string()),
+        ("group_id", pa.string()),
+        ("task_id", pa.string()),
+        ("suite", pa.string()),
+        ("mode", pa.string()),
+        ("reward", pa.float64()),
+        ("stop_reason", pa.string()),
+        ("stop_detail", pa.string()),
+        ("n_segments", pa.int32()),
+        ("n_calls", pa.int32()),
+        ("n_rehearsals", pa.int32()),
+        ("n_tokens", pa.int32()),
+        ("n_act_tokens", pa.int32()),
+        ("n_rehearse_tokens", pa.int32()),
+        ("final_answers", pa.list_(pa.string())),
+        ("drift", pa.int32()),
+        ("mean_fidelity", pa.float64()),  # mean pair score over the episode's scored calls
+        ("adv_act", pa.float64()),  # role-wise advantages from Episode.meta["advantages"]
+        ("adv_rehearse", pa.float64()),
+        ("meta_json", pa.string()),
+    ]
+)
+
+SEGMENTS = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("step", pa.int32()),
+        ("episode_id", pa.string()),
+        ("episode_index", pa.int32()),  # rows are grouped by it: lookups skip row groups
+        ("seq", pa.int32()),  # index of the segment within the episode's agent context
+        ("role", pa.string()),
+        ("text", pa.string()),
+        ("n_tokens", pa.int32()),
+        ("token_ids", TOKENS),
+        ("logprobs", LOGPROBS),  # null for roles the sampler did not write
+    ]
+)
+
+CALLS = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("step", pa.int32()),
+        ("episode_id", pa.string()),
+        ("episode_index", pa.int32()),
+        ("call_index", pa.int32()),
+        ("call_id", pa.string()),  # "<episode_id>/<call_index>": the annotation target id
+        ("turn", pa.int32()),
+        ("agent_step", pa.int32()),
+        ("tool", pa.string()),
+        ("arguments_json", pa.string()),
+        ("raw", pa.string()),
+        ("shown", pa.string()),
+        ("rehearsed_json", pa.string()),  # canonical JSON of the value, null on error/absent
+        ("rehearsed_error", pa.string()),  # error code, null when it succeeded or is absent
+        ("rehearsed_message", pa.string()),
+        ("real_json", pa.string()),
+        ("real_error", pa.string()),
+        ("real_message", pa.string()),
+        ("simulated_json", pa.string()),
+        ("simulated_error", pa.string()),
+        ("simulated_message", pa.string()),
+        ("rehearsed_status", pa.string()),  # "ok" | "error" | null (not rehearsed)
+        ("real_status", pa.string()),
+        ("pair_source", pa.string()),  # "rehearsed" | "simulated" | null (no pair to score)
+        ("parse_valid", pa.bool_()),
+        ("status_agree", pa.bool_()),
+        ("error_code_agree", pa.bool_()),
+        ("exact", pa.bool_()),
+        ("key_jaccard", pa.float64()),
+        ("value_match", pa.float64()),
+        ("text_similarity", pa.float64()),
+        ("fidelity", pa.float64()),  # envace_engine.fidelity score
+        ("real_nll", pa.float64()),  # nats per token of the real response, when computed
+    ]
+)
+
+REHEARSALS = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("step", pa.int32()),
+        ("episode_id", pa.string()),
+        ("episode_index", pa.int32()),
+        ("rehearsal_index", pa.int32()),
+        ("call_index", pa.int32()),
+        ("grounded", pa.bool_()),
+        ("text", pa.string()),
+        ("n_prompt_tokens", pa.int32()),
+        ("n_tokens", pa.int32()),
+        ("prompt_ids", TOKENS),
+        ("token_ids", TOKENS),
+        ("logprobs", LOGPROBS),
+    ]
+)
+
+METRICS = pa.schema(
+    [("run_id", pa.string()), ("step", pa.int32()), ("name", pa.string()), ("value", pa.float64())]
+)
+
+TABLES: dict[str, pa.Schema] = {
+    "episodes": EPISODES,
+    "segments": SEGMENTS,
+    "calls": CALLS,
+    "rehearsals": REHEARSALS,
+    "metrics": METRICS,
+}
+# Write order within a step: the episodes shard last, so an episode that is listed always has its
+# segments, calls and rehearsals on disk.
+WRITE_ORDER = ("segments", "rehearsals", "calls", "episodes")
+
+
+class SchemaVersionError(RuntimeError):
+    """A run directory or studio database was written by a different schema version."""
+
+
+def check_version(found: int, where: str) -> None:
+    """Raise ``SchemaVersionError`` naming ``where`` when ``found`` is not this build's version."""
+    if found != SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"{where} has schema version {found}, but this build reads version {SCHEMA_VERSION}. "
+            "Open it with the matching envace-studio version and `envace export` it, or move it "
+            "aside so a fresh one is created."
+        )
