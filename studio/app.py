@@ -1,23 +1,70 @@
 """The Gradio app: builds the pages and launches the server.
 
-Heavy work (rollouts, training) runs in job subprocesses; this process only reads storage, so it
-never imports torch.
+Heavy work (rollouts, training, live rehearsal) runs in subprocesses; this process only reads
+storage and files, so it never imports torch.
+
+Deep links: ``/?tab=inspector&episode=EPISODE_ID`` opens the trajectory inspector on an episode;
+``?tab=`` alone selects a page (ids in ``PAGES``).
 """
 
 from __future__ import annotations
 
+import json
 import os
-import sys
 from pathlib import Path
-
-if __package__ in (None, ""):  # run as a file: Hugging Face Spaces uses `app_file: studio/app.py`
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import gradio as gr
 
-from studio.pages import home
+from studio.auth import AuthError, AuthPolicy
+from studio.context import Studio
+from studio.pages import annotate, budget, compare, home, inspector, rehearse, runs
 
 TITLE = "EnvACE Studio"
+PAGES = {
+    "home": "Home",
+    "runs": "Runs & jobs",
+    "inspector": "Trajectory inspector",
+    "compare": "Rehearsed vs real",
+    "annotate": "Annotate",
+    "budget": "Rehearsal budget",
+    "rehearse": "Live rehearse",
+}
+CSS = """
+#title h1 { margin-bottom: 0; }
+.json-diff { font-family: ui-monospace, monospace; font-size: 12px; white-space: pre-wrap; }
+.json-diff .del { background: #ffe0e0; } .json-diff .add { background: #dcffdc; }
+.json-diff table { width: 100%; border-collapse: collapse; }
+.json-diff td { vertical-align: top; width: 50%; padding: 4px; border: 1px solid #ddd; }
+"""
+# Keyboard labelling on the Annotate page: keys 1-5 pick a label, Ctrl+Enter saves. Ignored while
+# typing in a text field so notes can contain digits.
+HEAD = """
+<script>
+document.addEventListener("keydown", (e) => {
+  const page = document.querySelector("#annotate-page");
+  if (!page || page.offsetParent === null) return;
+  const typing = ["TEXTAREA", "INPUT"].includes(e.target.tagName) && e.target.type !== "radio";
+  if (e.ctrlKey && e.key === "Enter") { document.querySelector("#annot-save")?.click(); return; }
+  if (typing || e.ctrlKey || e.metaKey || e.altKey) return;
+  const n = parseInt(e.key, 10);
+  const boxes = document.querySelectorAll("#annot-label input[type=radio]");
+  if (n >= 1 && n <= boxes.length) { boxes[n - 1].click(); e.preventDefault(); }
+});
+</script>
+"""
+
+
+SELECT_TAB_JS = """() => {
+  const want = (__PAGES__)[new URLSearchParams(location.search).get("tab")];
+  if (!want) return;
+  let tries = 0;
+  const go = () => {
+    const button = [...document.querySelectorAll("button[role=tab]")]
+      .find((b) => b.textContent.trim() === want);
+    if (button) button.click(); else if (tries++ < 200) setTimeout(go, 25);
+  };
+  go();
+}""".replace("__PAGES__", json.dumps(PAGES))
 
 
 def data_root(root: str | None = None) -> Path:
@@ -25,32 +72,81 @@ def data_root(root: str | None = None) -> Path:
     return Path(root or os.environ.get("ENVACE_HOME") or "runs").resolve()
 
 
-def build_app(root: str | None = None) -> gr.Blocks:
+def sign_in(policy: AuthPolicy, name: str, password: str) -> tuple[str | None, str]:
+    """Password-mode sign-in handler: (session user, banner)."""
+    try:
+        user = policy.sign_in((name or "").strip(), password or "")
+    except AuthError as err:
+        return None, f"**Sign-in failed:** {err}"
+    return user, policy.banner(user)
+
+
+def hf_identity(profile: gr.OAuthProfile | None) -> str | None:
+    """The Hugging Face user name on Spaces (gradio injects the OAuth profile)."""
+    return profile.username if profile is not None else None
+
+
+def _auth_bar(ctx: Studio, demo: gr.Blocks, user: gr.State) -> None:
+    banner = gr.Markdown(ctx.policy.banner(None), elem_id="auth-banner")
+    if ctx.policy.mode == "password":
+        with gr.Accordion("Sign in", open=False, elem_id="sign-in"), gr.Row():
+            name = gr.Textbox(label="user", elem_id="sign-in-user", scale=2)
+            secret = gr.Textbox(label="password", type="password", elem_id="sign-in-pass", scale=2)
+            go = gr.Button("Sign in", elem_id="sign-in-button", scale=1)
+        go.click(lambda n, p: sign_in(ctx.policy, n, p), [name, secret], [user, banner])
+    elif ctx.policy.mode == "hf":
+        gr.LoginButton()
+
+        def identify(profile: gr.OAuthProfile | None) -> tuple[str | None, str]:
+            who = hf_identity(profile)
+            return who, ctx.policy.banner(who)
+
+        demo.load(identify, None, [user, banner])
+
+
+def build_app(root: str | None = None, policy: AuthPolicy | None = None) -> gr.Blocks:
     """Assemble every page into one Blocks app."""
-    folder = data_root(root)
+    ctx = Studio.open(data_root(root), policy)
     with gr.Blocks(title=TITLE) as demo:
+        user = gr.State(None)
         gr.Markdown(f"# {TITLE}\nWorld-rehearsal RL for LLM tool-use agents.", elem_id="title")
-        with gr.Tabs(), gr.Tab("Home", id="home"):
-            home.build(folder)
+        _auth_bar(ctx, demo, user)
+        with gr.Tabs(elem_id="pages"):
+            with gr.Tab(PAGES["home"], id="home"):
+                home.build(ctx)
+            with gr.Tab(PAGES["runs"], id="runs", elem_id="runs-page"):
+                runs.build(ctx, user)
+            with gr.Tab(PAGES["inspector"], id="inspector", elem_id="inspector-page") as tab:
+                inspector.build(ctx, tab)
+            with gr.Tab(PAGES["compare"], id="compare", elem_id="compare-page") as tab:
+                compare.build(ctx, tab)
+            with gr.Tab(PAGES["annotate"], id="annotate", elem_id="annotate-page"):
+                annotate.build(ctx, user, demo)
+            with gr.Tab(PAGES["budget"], id="budget", elem_id="budget-page") as tab:
+                budget.build(ctx, user, tab)
+            with gr.Tab(PAGES["rehearse"], id="rehearse", elem_id="rehearse-page"):
+                rehearse.build(ctx)
+
+        # Pick the ?tab= page in the browser: no server round trip before the page shows.
+        demo.load(None, None, None, js=SELECT_TAB_JS)
     return demo
 
 
 def launch(
     host: str = "127.0.0.1", port: int = 7860, auth: str | None = None, root: str | None = None
 ) -> None:
-    """Serve the studio (blocking)."""
+    """Serve the studio (blocking). ``auth`` = ``user:pass``: anonymous visitors read only."""
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-    credentials = None
-    if auth:
-        user, sep, password = auth.partition(":")
-        if not sep or not user or not password:
-            raise SystemExit("--auth must look like user:pass")
-        credentials = [(user, password)]
-    demo = build_app(root)
+    try:
+        policy = AuthPolicy.from_settings(auth)
+    except AuthError as err:
+        raise SystemExit(str(err)) from None
+    demo = build_app(root, policy)
     demo.queue(default_concurrency_limit=4).launch(
-        server_name=host, server_port=port, auth=credentials, show_error=True
+        server_name=host,
+        server_port=port,
+        show_error=True,
+        css=CSS,
+        head=HEAD,
+        theme=gr.themes.Soft(),
     )
-
-
-if __name__ == "__main__":
-    launch(host="0.0.0.0", port=int(os.environ.get("PORT", "7860")))

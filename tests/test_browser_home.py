@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from tests.browser import chromium_page, studio_server
+from tests.studio_browser import open_page, shot
+from tests.studio_data import make_run
 
 pytestmark = pytest.mark.browser
-SHOTS = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
 
 
 def test_home_page_renders(tmp_path):
+    make_run(tmp_path)
     with studio_server(tmp_path) as url, chromium_page() as page:
-        page.goto(url)
-        page.get_by_text("EnvACE Studio").first.wait_for(timeout=30_000)
+        open_page(page, url)
         assert page.get_by_text("smollm2-135m").first.is_visible()
-        SHOTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(tmp_path / "home.png"), full_page=True)
+        page.get_by_text("1 run(s), 8 episode(s)").wait_for(timeout=30_000)
+        shot(page, "home")

@@ -1,24 +1,48 @@
-"""Home: what the studio holds and how to start."""
+"""Home: what the studio holds and where to start."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import gradio as gr
 
 from envace_engine.models import registry
+from studio.context import Studio
+
+GUIDE = """\
+## Where to start
+1. **Runs & jobs** — launch a rollout, SFT, EnvACE training, the real-env baseline, an
+   evaluation or a sweep; follow its progress and curves live.
+2. **Trajectory inspector** — read an episode turn by turn: every tool call with the rehearsed
+   response nested under it and the real one beside it; *Next failure* jumps to what went wrong.
+3. **Rehearsed vs real** — where the internal world model disagrees with the real tools, by
+   tool and by status.
+4. **Annotate** — label rehearsals and episodes (keys 1–5); export the labels.
+5. **Rehearsal budget** — success against rehearsal tokens per mode; save a budget per model.
+6. **Live rehearse** — ask the model to rehearse a tool call and compare with the real tool.
+"""
 
 
-def overview(folder: Path) -> str:
-    """Markdown summary of the models and the data folder."""
-    lines = ["## Models", "", "| name | what |", "|---|---|"]
+def overview(ctx: Studio) -> str:
+    """Markdown summary: runs and episodes in storage, the models, the data folder."""
+    runs = ctx.store.runs()
+    episodes = ctx.store.count_episodes()
+    lines = [
+        "## Data",
+        "",
+        f"Data folder: `{ctx.root}` — {len(runs)} run(s), {episodes} episode(s)."
+        if len(runs)
+        else f"Data folder: `{ctx.root}` — no runs yet: launch one on *Runs & jobs*.",
+        "",
+        "## Models",
+        "",
+        "| name | what |",
+        "|---|---|",
+    ]
     lines += [f"| `{name}` | {about} |" for name, about in registry().items()]
-    lines += ["", "## Data", "", f"Runs folder: `{folder}`"]
-    runs = sorted(p.name for p in folder.glob("*/") if p.is_dir()) if folder.exists() else []
-    lines.append(f"{len(runs)} run(s) found." if runs else "No runs yet.")
     return "\n".join(lines)
 
 
-def build(folder: Path) -> None:
+def build(ctx: Studio) -> None:
     """Lay out the home page."""
-    gr.Markdown(overview(folder), elem_id="home-overview")
+    with gr.Row():
+        gr.Markdown(GUIDE)
+        gr.Markdown(overview(ctx), elem_id="home-overview")

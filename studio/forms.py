@@ -1,0 +1,217 @@
+"""The launch form: validated job requests and the ``envace`` command line each one runs.
+
+Form values are outside text, so they are parsed with pydantic; every problem becomes one line
+naming the field, what is wrong and what would be accepted. A valid request turns into an argv
+for ``python -m envace_engine.cli ...``; ``{run_dir}`` is filled in by the job manager.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from envace_engine.models import registry
+
+KINDS = {
+    "train": "EnvACE training (rehearsal mode, role-wise GRPO)",
+    "baseline": "real-env GRPO baseline (tools executed for real)",
+    "sft": "SFT warm-up on reference trajectories",
+    "eval": "evaluation against the real tools",
+    "sweep": "rehearsal-budget sweep (N x mode)",
+    "rollout": "a batch of rollouts, no training",
+}
+SUITES = ("toy", "bfcl-gen", "bfcl")
+MODES = ("parallel", "sequential")
+CONFIGURED = frozenset({"train", "baseline", "sft"})  # take a TOML config written by the studio
+RESUMABLE = frozenset({"train", "baseline"})  # `envace train --resume RUN_DIR`
+
+
+class FormError(ValueError):
+    """The form has bad values; the message lists each one (field: problem)."""
+
+
+class LaunchRequest(BaseModel):
+    """One job request from the Runs page or the Budget page."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["train", "baseline", "sft", "eval", "sweep", "rollout"]
+    model: str = Field(min_length=1)
+    suite: Literal["toy", "bfcl-gen", "bfcl"]
+    steps: int = Field(default=2, ge=1, le=100_000)
+    episodes: int = Field(default=8, ge=1, le=10_000)
+    group: int = Field(default=4, ge=1, le=64)
+    tasks: int = Field(default=8, ge=1, le=10_000)
+    budgets: tuple[int, ...] = (0, 1, 2)
+    modes: tuple[Literal["parallel", "sequential"], ...] = ("parallel",)
+    seed: int = Field(default=0, ge=0)
+    max_turns: int = Field(default=4, ge=1, le=64)
+    max_new_tokens: int = Field(default=128, ge=1, le=4096)
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, value: str) -> str:
+        value = value.strip()
+        if value in registry() or value.startswith("sglang+http"):
+            return value
+        if (Path(value).expanduser() / "config.json").is_file():
+            return value
+        raise ValueError(
+            f"unknown model {value!r}: use one of {', '.join(registry())}, a checkpoint folder "
+            "with config.json, or sglang+http://HOST:PORT"
+        )
+
+    @field_validator("budgets", mode="before")
+    @classmethod
+    def _parse_budgets(cls, value: object) -> object:
+        if isinstance(value, str):
+            parts = [p.strip() for p in value.split(",") if p.strip()]
+            if not parts or not all(p.isdigit() for p in parts):
+                raise ValueError(
+                    f"must be whole numbers separated by commas, like 0,1,2,4 (got {value!r})"
+                )
+            return tuple(sorted({int(p) for p in parts}))
+        return value
+
+    @field_validator("budgets")
+    @classmethod
+    def _budget_range(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        if not value or max(value) > 64:
+            raise ValueError("give between one and a few budgets, each from 0 to 64")
+        return value
+
+    @field_validator("modes")
+    @classmethod
+    def _some_mode(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value:
+            raise ValueError("pick at least one rehearsal mode (parallel or sequential)")
+        return value
+
+    def argv(self) -> list[str]:
+        """The command line this request runs (``{run_dir}`` is filled in at launch)."""
+        base = [sys.executable, "-m", "envace_engine.cli"]
+        common = ["--model", self.model, "--suite", self.suite, "--max-turns", str(self.max_turns)]
+        if self.kind in CONFIGURED:
+            return [
+                *base,
+                "sft" if self.kind == "sft" else "train",
+                "--config",
+                "{run_dir}/config.toml",
+            ]
+        tokens = [
+            "--max-new-tokens-act",
+            str(self.max_new_tokens),
+            "--max-new-tokens-rehearse",
+            str(self.max_new_tokens),
+        ]
+        if self.kind == "eval":
+            return [
+                *base,
+                "eval",
+                *common,
+                *tokens,
+                "--tasks",
+                str(self.tasks),
+                "--repeats",
+                str(self.episodes),
+                "--seed",
+                str(self.seed),
+                "--run-dir",
+                "{run_dir}",
+            ]
+        if self.kind == "sweep":
+            return [
+                *base,
+                "sweep",
+                *common,
+                *tokens,
+                "--tasks",
+                str(self.tasks),
+                "--budgets",
+                ",".join(map(str, self.budgets)),
+                "--rehearsal",
+                ",".join(self.modes),
+                "--seed",
+                str(self.seed),
+                "--run-dir",
+                "{run_dir}",
+            ]
+        # rollout writes JSON Lines (a quick look, not a stored run): see its job.log
+        return [
+            *base,
+            "rollout",
+            *common,
+            "--max-new-tokens",
+            str(self.max_new_tokens),
+            "--mode",
+            "rehearsal",
+            "--episodes",
+            str(self.episodes),
+            "--group",
+            str(self.group),
+            "--seed",
+            str(self.seed),
+            "--out",
+            "{run_dir}/rollout",
+        ]
+
+    @model_validator(mode="after")
+    def _whole_groups(self) -> LaunchRequest:
+        if self.kind == "rollout" and self.episodes % self.group:
+            raise ValueError(
+                f"episodes ({self.episodes}) must be a multiple of the group size ({self.group})"
+            )
+        return self
+
+    def config(self, root: Path, run_id: str) -> dict[str, object]:
+        """The TOML config (envace_engine.config) written into the run folder for train,
+        baseline and sft jobs; ``root`` and ``run_id`` make the job write where the studio looks.
+        """
+        rollout = {
+            "max_turns": self.max_turns,
+            "max_new_tokens_act": self.max_new_tokens,
+            "max_new_tokens_rehearse": self.max_new_tokens,
+        }
+        common = {
+            "model": self.model,
+            "suite": self.suite,
+            "seed": self.seed,
+            "root": str(root),
+            "run_id": run_id,
+            "rollout": rollout,
+        }
+        if self.kind == "sft":
+            return {**common, "max_steps": self.steps, "n_tasks": self.tasks}
+        return {
+            **common,
+            "mode": "real-grpo" if self.kind == "baseline" else "envace",
+            "steps": self.steps,
+            "tasks_per_step": self.tasks,
+            "group_size": self.group,
+            "checkpoint_every": 1,
+        }
+
+
+def parse(values: dict[str, object]) -> LaunchRequest:
+    """Validate raw form values; raises FormError listing every bad field."""
+    try:
+        return LaunchRequest(**values)
+    except ValidationError as err:
+        lines = []
+        for problem in err.errors():
+            field = ".".join(str(p) for p in problem["loc"]) or "form"
+            message = problem["msg"].removeprefix("Value error, ")
+            if problem["type"] in ("int_parsing", "int_from_float"):
+                message = f"must be a whole number (got {problem['input']!r})"
+            lines.append(f"{field}: {message}")
+        raise FormError("\n".join(lines)) from None

@@ -1,0 +1,139 @@
+"""Annotate: label a rehearsal (one tool call's rehearsed response) or a whole episode.
+
+Labels are append-only in storage: a new label never overwrites an old one, so the history
+shows who changed their mind and when. Keys 1-5 pick a label and Ctrl+Enter saves (script in
+studio.app.HEAD); the author comes from the sign-in, never from a text field.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import gradio as gr
+import pandas as pd
+
+from studio.auth import AuthError
+from studio.context import Studio
+
+CALL_LABELS = ("faithful", "plausible-but-wrong", "hallucinated-success", "wrong-error", "other")
+EPISODE_LABELS = ("success", "partial", "wrong-plan", "format-error", "world-model-error", "other")
+HISTORY_COLUMNS = ["created_at", "target_kind", "target_id", "label", "note", "author"]
+
+
+class AnnotationInputError(ValueError):
+    """The annotation form is incomplete; the message says what to fill in."""
+
+
+def labels_for(kind: str) -> list[str]:
+    """Allowed labels for a target kind (``call`` or ``episode``)."""
+    return list(CALL_LABELS if kind == "call" else EPISODE_LABELS)
+
+
+def check(kind: str, target_id: str, labels: list[str] | str | None) -> tuple[str, list[str]]:
+    """Validate the form: returns (target id, labels) or raises AnnotationInputError."""
+    target_id = (target_id or "").strip()
+    chosen = [labels] if isinstance(labels, str) else list(labels or [])
+    if kind not in ("call", "episode"):
+        raise AnnotationInputError(f"target must be 'call' or 'episode', got {kind!r}")
+    if not target_id:
+        what = "a call id like EPISODE/0" if kind == "call" else "an episode id"
+        raise AnnotationInputError(f"enter {what} to label")
+    if kind == "call" and "/" not in target_id:
+        raise AnnotationInputError(
+            f"{target_id!r} is not a call id: use <episode id>/<call index>, e.g. {target_id}/0"
+        )
+    if not chosen:
+        raise AnnotationInputError("pick a label (keys 1-5 choose one)")
+    unknown = [c for c in chosen if c not in labels_for(kind)]
+    if unknown:
+        raise AnnotationInputError(
+            f"unknown label(s) {unknown} for a {kind}: use {labels_for(kind)}"
+        )
+    return target_id, chosen
+
+
+def save(
+    ctx: Studio,
+    user: str | None,
+    kind: str,
+    target_id: str,
+    labels: list[str] | str | None,
+    note: str,
+) -> tuple[str, pd.DataFrame]:
+    """Record the labels (one row each) and return (message, the target's history)."""
+    try:
+        author = ctx.policy.author(user, "annotate")
+        target_id, chosen = check(kind, target_id, labels)
+    except (AuthError, AnnotationInputError) as err:
+        return f"**Not saved:** {err}", history(ctx, target_id)
+    try:
+        for label in chosen:
+            ctx.store.annotate(kind, target_id, label, (note or "").strip(), author)
+    except (KeyError, ValueError) as err:
+        reason = err.args[0] if err.args else str(err)
+        return f"**Not saved:** {reason}", history(ctx, target_id)
+    return f"Saved {', '.join(chosen)} on `{target_id}` as **{author}**.", history(ctx, target_id)
+
+
+def history(ctx: Studio, target_id: str | None) -> pd.DataFrame:
+    """Every label on a target, newest first (all recent labels when no target is given)."""
+    df = ctx.store.annotations(target_id=(target_id or "").strip() or None)
+    return df.reindex(columns=HISTORY_COLUMNS)
+
+
+def export(ctx: Studio, fmt: str) -> str:
+    """Write every label to a temporary CSV or JSONL file and return its path (for download)."""
+    df = ctx.store.export_labels()
+    out = Path(tempfile.mkdtemp(prefix="envace-labels-")) / f"labels.{fmt}"
+    if fmt == "csv":
+        df.to_csv(out, index=False)
+    else:
+        df.to_json(out, orient="records", lines=True)
+    return str(out)
+
+
+def build(ctx: Studio, user: gr.State, demo: gr.Blocks) -> None:
+    """Lay out the page and wire its events."""
+    gr.Markdown(
+        "Label what the world role rehearsed for one tool call (call id "
+        "`<episode id>/<call index>`, shown in *Rehearsed vs real*), or a whole episode. "
+        "Keys **1–5** pick a label, **Ctrl+Enter** saves."
+    )
+    with gr.Row():
+        kind = gr.Radio(["call", "episode"], value="call", label="target", elem_id="annot-kind")
+        target = gr.Textbox(label="call or episode id", elem_id="annot-target", scale=3)
+    label = gr.Radio(list(CALL_LABELS), label="label", elem_id="annot-label")
+    note = gr.Textbox(label="note", lines=2, elem_id="annot-note")
+    save_btn = gr.Button("Save label", variant="primary", elem_id="annot-save")
+    message = gr.Markdown(elem_id="annot-message")
+    table = gr.Dataframe(
+        pd.DataFrame(columns=HISTORY_COLUMNS),
+        interactive=False,
+        label="history (newest first)",
+        elem_id="annot-history",
+        max_height=300,
+    )
+    with gr.Row():
+        fmt = gr.Radio(["csv", "jsonl"], value="csv", label="export format")
+        export_btn = gr.Button("Export all labels")
+        download = gr.File(label="labels file")
+
+    kind.change(lambda k: gr.update(choices=labels_for(k), value=None), [kind], [label])
+    save_btn.click(
+        lambda u, k, t, lab, n: save(ctx, u, k, t, lab, n),
+        [user, kind, target, label, note],
+        [message, table],
+    )
+    target.change(lambda t: history(ctx, t), [target], [table])
+    export_btn.click(lambda f: export(ctx, f), [fmt], [download])
+
+    def from_link(request: gr.Request) -> tuple[object, object, object]:
+        params = request.query_params if request else {}
+        call, episode = params.get("call", ""), params.get("episode", "")
+        chosen = call or episode
+        if not chosen:  # no deep link: nothing to query
+            return gr.update(), gr.update(), gr.update()
+        return gr.update(value="call" if call else "episode"), chosen, history(ctx, chosen)
+
+    demo.load(from_link, None, [kind, target, table])

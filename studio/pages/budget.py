@@ -1,0 +1,204 @@
+"""Rehearsal budget: run a sweep (budget N x rehearsal mode) for a model on a suite, see success
+against rehearsal tokens with error bars and per task, and save the budget chosen for the model.
+
+How a sweep run is read (docs/studio.md): the sweep writes one *step* per setting. Its metrics
+for that step name the setting — ``sweep/budget`` (N), ``sweep/sequential`` (1 sequential,
+0 parallel) and ``sweep/rehearsal_tokens`` (mean imagined tokens per task) — and its episodes
+are the committed real episodes of that setting, one per task and repeat, ``reward`` = success.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+import pandas as pd
+
+from studio import charts, forms
+from studio.auth import AuthError
+from studio.context import Studio
+from studio.pages import runs as runs_page
+
+BUDGET_COLUMNS = ["created_at", "model", "suite", "budget", "mode", "author", "note"]
+
+
+def sweep_runs(ctx: Studio) -> list[str]:
+    """Run ids of sweep runs, newest first."""
+    df = ctx.store.runs()
+    return [] if df.empty else list(df.loc[df["kind"] == "sweep", "run_id"])
+
+
+def launch_sweep(ctx: Studio, user: str | None, values: dict[str, object]) -> tuple[str, object]:
+    """Validate and start a sweep job from the page's form values; (message, picker update)."""
+    try:
+        ctx.policy.author(user, "run sweeps")
+        request = forms.parse(
+            {**values, "kind": "sweep", "modes": tuple(values.get("modes") or ())}
+        )
+    except (AuthError, forms.FormError) as err:
+        lines = "\n".join(f"- {line}" for line in str(err).splitlines())
+        return f"**Cannot start the sweep:**\n\n{lines}", gr.update()
+    message, run_id = runs_page.start(ctx, request)
+    if run_id is None:
+        return message, gr.update()
+    return message, gr.update(choices=[run_id, *sweep_runs(ctx)], value=run_id)
+
+
+def per_task(results: pd.DataFrame) -> pd.DataFrame:
+    """Success rate per task (rows) and ``mode N`` setting (columns)."""
+    if results.empty:
+        return pd.DataFrame(columns=["task_id"])
+    settings = results["mode"].astype(str) + " N=" + results["budget"].astype(int).astype(str)
+    table = (
+        results.assign(setting=settings)
+        .pivot_table(index="task_id", columns="setting", values="success", aggfunc="mean")
+        .round(2)
+        .reset_index()
+    )
+    table.columns.name = None
+    return table
+
+
+SETTING_METRICS = ("sweep/budget", "sweep/sequential", "sweep/rehearsal_tokens")
+MAX_EPISODES = 20_000
+
+
+def _settings(ctx: Studio, run_id: str) -> pd.DataFrame:
+    """Per step: mode, budget, mean rehearsal tokens (budget 0 is listed under every mode)."""
+    steps = ctx.store.sweep_results(run_id)
+    if steps.empty or not set(SETTING_METRICS) <= set(steps.columns):
+        return pd.DataFrame(columns=["step", "mode", "budget", "rehearsal_tokens"])
+    table = steps.assign(
+        mode=["sequential" if v >= 0.5 else "parallel" for v in steps["sweep/sequential"]],
+        budget=steps["sweep/budget"].round().astype(int),
+        rehearsal_tokens=steps["sweep/rehearsal_tokens"],
+    )
+    if "sweep/checkpoint" in table and table["sweep/checkpoint"].nunique() > 1:
+        table["mode"] += " ckpt " + table["sweep/checkpoint"].astype(int).astype(str)
+    modes = sorted(set(table.loc[table["budget"] > 0, "mode"])) or ["parallel"]
+    plain = table[table["budget"] == 0]
+    rows = [table[table["budget"] > 0]] + [plain.assign(mode=m) for m in modes]
+    return pd.concat(rows, ignore_index=True)[["step", "mode", "budget", "rehearsal_tokens"]]
+
+
+def sweep_frame(ctx: Studio, run_id: str) -> pd.DataFrame:
+    """One row per committed episode: task_id, mode, budget, success, rehearsal_tokens.
+
+    Committed episodes are the sweep's real-mode episodes (imagined ones are rehearsal-mode);
+    success is full reward, as envace_engine.evaluate counts it by default.
+    """
+    cols = ["task_id", "mode", "budget", "success", "rehearsal_tokens"]
+    settings = _settings(ctx, run_id)
+    if settings.empty:
+        return pd.DataFrame(columns=cols)
+    episodes = ctx.store.episodes(run_id=run_id, limit=MAX_EPISODES)
+    episodes = episodes[episodes["mode"] == "real"].drop(columns=["mode"])
+    merged = episodes.merge(settings, on="step", how="inner")
+    merged["success"] = (merged["reward"].fillna(0.0).astype(float) >= 1.0).astype(float)
+    return merged[cols]
+
+
+def show_sweep(ctx: Studio, run_id: str | None) -> tuple[object, pd.DataFrame, str]:
+    """(chart, per-task table, progress line) of one sweep run."""
+    if not run_id:
+        return charts.budget(pd.DataFrame()), per_task(pd.DataFrame()), "Pick or run a sweep."
+    results = sweep_frame(ctx, run_id)
+    return charts.budget(results), per_task(results), runs_page.progress_text(ctx, run_id)
+
+
+def save_choice(
+    ctx: Studio,
+    user: str | None,
+    model: str,
+    suite: str,
+    budget: float | None,
+    mode: str,
+    note: str,
+) -> tuple[str, pd.DataFrame]:
+    """Record the chosen budget for the model on the suite."""
+    try:
+        author = ctx.policy.author(user, "save a budget")
+        if budget is None or int(budget) < 0:
+            raise ValueError("budget must be a whole number of imagined episodes, 0 or more")
+        ctx.store.save_budget(
+            (model or "").strip(), suite, int(budget), mode, author, (note or "").strip()
+        )
+    except (AuthError, ValueError) as err:
+        return f"**Not saved:** {err}", choices(ctx)
+    return f"Saved budget N={int(budget)} ({mode}) for **{model}** on {suite}.", choices(ctx)
+
+
+def choices(ctx: Studio) -> pd.DataFrame:
+    """Saved budget choices, newest first (the first per model and suite is current)."""
+    return ctx.store.budgets().reindex(columns=BUDGET_COLUMNS)
+
+
+def poll(ctx: Studio, run_id: str | None) -> tuple[object, object, object]:
+    """Timer handler: redraw only while the picked sweep's job is running (no flicker after)."""
+    if run_id and runs_page.is_active(ctx, run_id):
+        return show_sweep(ctx, run_id)
+    return gr.update(), gr.update(), gr.update()
+
+
+def build(ctx: Studio, user: gr.State, tab: gr.Tab) -> None:
+    """Lay out the page and wire its events."""
+    with gr.Row():
+        model = gr.Dropdown(
+            ["tiny", "smollm2-135m"],
+            value="smollm2-135m",
+            allow_custom_value=True,
+            label="model",
+            elem_id="bud-model",
+        )
+        suite = gr.Dropdown(list(forms.SUITES), value="toy", label="suite")
+        tasks = gr.Number(8, label="tasks", precision=0, elem_id="bud-tasks")
+        budgets = gr.Textbox("0,1,2,4", label="budgets N", elem_id="bud-budgets")
+        modes = gr.CheckboxGroup(
+            list(forms.MODES), value=list(forms.MODES), label="modes", elem_id="bud-modes"
+        )
+        max_turns = gr.Number(4, label="max replies per turn", precision=0, elem_id="bud-turns")
+        max_new = gr.Number(128, label="max new tokens", precision=0, elem_id="bud-tokens")
+        go = gr.Button("Run sweep", variant="primary", elem_id="bud-run")
+    message = gr.Markdown(elem_id="bud-message")
+    with gr.Row():
+        pick = gr.Dropdown(
+            sweep_runs(ctx),
+            value=None,
+            label="sweep run",
+            allow_custom_value=True,
+            elem_id="bud-pick",
+            scale=3,
+        )
+        progress = gr.Markdown(elem_id="bud-progress")
+    with gr.Row():
+        plot = gr.Plot(label="success vs rehearsal tokens (± 1 s.e.)", elem_id="bud-chart")
+        table = gr.Dataframe(interactive=False, label="success per task", max_height=320)
+    gr.Markdown("### Choose a budget for this model")
+    with gr.Row():
+        chosen = gr.Number(2, label="budget N", precision=0, minimum=0)
+        mode = gr.Radio(list(forms.MODES), value="parallel", label="mode")
+        note = gr.Textbox(label="note", scale=2)
+        save = gr.Button("Save budget", elem_id="bud-save")
+    saved = gr.Markdown()
+    history = gr.Dataframe(choices(ctx), interactive=False, label="saved budgets")
+    timer = gr.Timer(3.0)
+    form = {
+        "model": model,
+        "suite": suite,
+        "tasks": tasks,
+        "budgets": budgets,
+        "modes": modes,
+        "max_turns": max_turns,
+        "max_new_tokens": max_new,
+    }
+    go.click(
+        lambda u, *v: launch_sweep(ctx, u, dict(zip(form, v, strict=True))),
+        [user, *form.values()],
+        [message, pick],
+    )
+    pick.change(lambda r: show_sweep(ctx, r), [pick], [plot, table, progress])
+    timer.tick(lambda r: poll(ctx, r), [pick], [plot, table, progress], show_progress="hidden")
+    tab.select(lambda: (gr.update(choices=sweep_runs(ctx)), choices(ctx)), None, [pick, history])
+    save.click(
+        lambda u, *v: save_choice(ctx, u, *v),
+        [user, model, suite, chosen, mode, note],
+        [saved, history],
+    )

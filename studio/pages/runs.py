@@ -1,0 +1,259 @@
+"""Runs & jobs: every run with its status and key numbers, the launch form, live progress and
+curves of the selected run, cancel and resume. A timer polls the job files every two seconds."""
+
+from __future__ import annotations
+
+import time
+
+import gradio as gr
+import pandas as pd
+
+from studio import charts, forms
+from studio.auth import AuthError
+from studio.context import Studio
+from studio.jobs import ACTIVE, JobError, format_duration
+
+RUN_COLUMNS = ["run_id", "kind", "model", "suite", "status", "steps", "episodes", "mean_reward"]
+POLL_S = 2.0
+
+
+def runs_table(ctx: Studio) -> pd.DataFrame:
+    """All runs, newest first, with status taken from the live job when the studio started it."""
+    df = ctx.store.runs()
+    if df.empty:
+        return pd.DataFrame(columns=[*RUN_COLUMNS, "progress"])
+    live = {v.record.run_id: v for v in ctx.jobs.jobs()}
+    df = df.reindex(columns=RUN_COLUMNS).copy()
+    df["status"] = [
+        live[r].record.status if r in live else s
+        for r, s in zip(df["run_id"], df["status"], strict=True)
+    ]
+    df["progress"] = [live[r].label if r in live else "" for r in df["run_id"]]
+    df["mean_reward"] = df["mean_reward"].astype(float).round(3)
+    return df
+
+
+def jobs_table(ctx: Studio) -> pd.DataFrame:
+    """Jobs the studio started (live and finished), newest first."""
+    rows = [
+        {
+            "run_id": v.record.run_id,
+            "kind": v.record.kind,
+            "status": v.record.status,
+            "progress": v.label,
+            "pid": v.record.pid,
+        }
+        for v in ctx.jobs.jobs()
+    ]
+    return pd.DataFrame(rows, columns=["run_id", "kind", "status", "progress", "pid"])
+
+
+def launch(ctx: Studio, user: str | None, values: dict[str, object]) -> tuple[str, str | None]:
+    """Validate the form (``FORM_FIELDS`` names) and start the job; (message, run id)."""
+    try:
+        ctx.policy.author(user, "launch jobs")
+        request = forms.parse({**values, "modes": tuple(values.get("modes") or ())})
+    except (AuthError, forms.FormError) as err:
+        lines = "\n".join(f"- {line}" for line in str(err).splitlines())
+        return f"**Cannot launch:**\n\n{lines}", None
+    return start(ctx, request)
+
+
+def start(ctx: Studio, request: forms.LaunchRequest) -> tuple[str, str | None]:
+    """Start a validated request as a job (writes its config first when it takes one)."""
+    import tomli_w
+
+    run_id = ctx.jobs.new_run_id(request.kind)
+    run_dir = ctx.jobs.run_dir(run_id)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if request.kind in forms.CONFIGURED:
+        (run_dir / "config.toml").write_text(tomli_w.dumps(request.config(ctx.root, run_id)))
+    try:
+        record = ctx.jobs.launch(
+            request.kind, request.argv(), run_id=run_id, resumable=request.kind in forms.RESUMABLE
+        )
+    except JobError as err:
+        return f"**Cannot launch:** {err}", None
+    return f"Launched **{record.run_id}** ({forms.KINDS[request.kind]}).", record.run_id
+
+
+def is_active(ctx: Studio, run_id: str | None) -> bool:
+    """Whether ``run_id`` is a studio job that is running or ended moments ago (so the last
+    poll after it ends still draws its final numbers)."""
+    if not run_id:
+        return False
+    try:
+        view = ctx.jobs.get(run_id)
+    except JobError:
+        return False
+    recent = view.record.ended_at is not None and time.time() - view.record.ended_at < 3 * POLL_S
+    return view.record.status in ACTIVE or recent
+
+
+def progress_text(ctx: Studio, run_id: str | None) -> str:
+    """Markdown progress line for the selected run: step x of N, ETA, or how it ended."""
+    if not run_id:
+        return "Select a run to follow its progress."
+    try:
+        view = ctx.jobs.get(run_id)
+    except JobError:
+        try:
+            prog = ctx.store.run(run_id).progress
+        except KeyError:
+            return f"No run `{run_id}` in the data folder."
+        where = f" — step {prog.done} of {prog.total}" if prog.total else ""
+        return f"**{run_id}**: {prog.status or 'no progress report'}{where} {prog.message}"
+    elapsed = (view.record.ended_at or view.progress.updated_at or view.record.started_at) - (
+        view.progress.started_at or view.record.started_at
+    )
+    return f"**{run_id}** — {view.label} (elapsed {format_duration(elapsed)})"
+
+
+def curve_charts(ctx: Studio, run_id: str | None) -> tuple[object, object, object]:
+    """Reward per role, fidelity and loss curves of one run."""
+    df = ctx.store.curves(run_id) if run_id else pd.DataFrame(columns=["step", "name", "value"])
+    return (
+        charts.curves(df, ("reward",), "reward per role", 300),
+        charts.curves(df, ("fidelity",), "fidelity", 300),
+        charts.curves(df, ("loss",), "loss", 300),
+    )
+
+
+def cancel(ctx: Studio, user: str | None, run_id: str | None) -> str:
+    """Cancel the selected run's job."""
+    try:
+        ctx.policy.author(user, "cancel jobs")
+        if not run_id:
+            return "Select a run first."
+        record = ctx.jobs.cancel(run_id)
+    except (AuthError, JobError) as err:
+        return f"**Cannot cancel:** {err}"
+    return f"**{run_id}** {record.message}."
+
+
+def resume(ctx: Studio, user: str | None, run_id: str | None) -> str:
+    """Resume the selected run's stopped job from its last checkpoint."""
+    try:
+        ctx.policy.author(user, "resume jobs")
+        if not run_id:
+            return "Select a run first."
+        record = ctx.jobs.resume(run_id)
+    except (AuthError, JobError) as err:
+        return f"**Cannot resume:** {err}"
+    return f"Resumed **{record.run_id}** (pid {record.pid})."
+
+
+def run_choices(ctx: Studio) -> list[str]:
+    """Run ids for the run selector, newest first."""
+    df = ctx.store.runs()
+    return [] if df.empty else list(df["run_id"])
+
+
+def build(ctx: Studio, user: gr.State) -> None:
+    """Lay out the page and wire its events."""
+    with gr.Row():
+        with gr.Column(scale=3):
+            gr.Markdown("### Runs")
+            runs = gr.Dataframe(
+                runs_table(ctx), elem_id="runs-table", interactive=False, max_height=320
+            )
+            gr.Markdown("### Jobs started here")
+            jobs = gr.Dataframe(
+                jobs_table(ctx), elem_id="jobs-table", interactive=False, max_height=200
+            )
+        with gr.Column(scale=2), gr.Group():
+            gr.Markdown("### Launch a job")
+            kind = gr.Dropdown(
+                [(f"{k}: {v}", k) for k, v in forms.KINDS.items()],
+                value="rollout",
+                label="job",
+                elem_id="launch-kind",
+            )
+            with gr.Row():
+                model = gr.Dropdown(
+                    ["tiny", "smollm2-135m"],
+                    value="smollm2-135m",
+                    allow_custom_value=True,
+                    label="model",
+                    elem_id="launch-model",
+                )
+                suite = gr.Dropdown(list(forms.SUITES), value="toy", label="task suite")
+            with gr.Row():
+                steps = gr.Number(2, label="training steps", precision=0, elem_id="launch-steps")
+                episodes = gr.Number(
+                    8, label="episodes / repeats", precision=0, elem_id="launch-episodes"
+                )
+                group = gr.Number(4, label="group size", precision=0)
+                tasks = gr.Number(8, label="tasks", precision=0, elem_id="launch-tasks")
+            with gr.Row():
+                max_turns = gr.Number(
+                    4, label="max agent replies per turn", precision=0, elem_id="launch-turns"
+                )
+                max_new = gr.Number(
+                    128, label="max new tokens per reply", precision=0, elem_id="launch-tokens"
+                )
+            with gr.Row():
+                budgets = gr.Textbox("0,1,2", label="budgets (sweep)")
+                modes = gr.CheckboxGroup(
+                    list(forms.MODES), value=["parallel"], label="rehearsal modes (sweep)"
+                )
+            go = gr.Button("Launch", variant="primary", elem_id="launch-button")
+            launched = gr.Markdown(elem_id="launch-message")
+    gr.Markdown("### Selected run")
+    with gr.Row():
+        pick = gr.Dropdown(
+            run_choices(ctx), label="run", elem_id="run-pick", scale=3, allow_custom_value=True
+        )
+        stop = gr.Button("Cancel", variant="stop", scale=1, elem_id="cancel-button")
+        again = gr.Button("Resume", scale=1, elem_id="resume-button")
+    progress = gr.Markdown(progress_text(ctx, None), elem_id="run-progress")
+    with gr.Row():
+        reward_plot = gr.Plot(label="reward per role")
+        fidelity_plot = gr.Plot(label="fidelity")
+        loss_plot = gr.Plot(label="loss")
+    timer = gr.Timer(POLL_S)
+
+    form = {
+        "kind": kind,
+        "model": model,
+        "suite": suite,
+        "steps": steps,
+        "episodes": episodes,
+        "group": group,
+        "tasks": tasks,
+        "max_turns": max_turns,
+        "max_new_tokens": max_new,
+        "budgets": budgets,
+        "modes": modes,
+    }
+
+    def on_launch(u: str | None, *values: object) -> tuple[object, ...]:
+        message, run_id = launch(ctx, u, dict(zip(form, values, strict=True)))
+        if run_id is None:
+            return message, gr.update()
+        return message, gr.update(choices=run_choices(ctx) or [run_id], value=run_id)
+
+    go.click(
+        on_launch,
+        [user, *form.values()],
+        [launched, pick],
+    )
+
+    def refresh(run_id: str | None) -> tuple[object, ...]:
+        return (
+            runs_table(ctx),
+            jobs_table(ctx),
+            progress_text(ctx, run_id),
+            *curve_charts(ctx, run_id),
+        )
+
+    def tick(run_id: str | None) -> tuple[object, ...]:
+        # Charts are redrawn only while the run's job is live: no flicker, no wasted queries.
+        charts_now = curve_charts(ctx, run_id) if is_active(ctx, run_id) else (gr.update(),) * 3
+        return (runs_table(ctx), jobs_table(ctx), progress_text(ctx, run_id), *charts_now)
+
+    outputs = [runs, jobs, progress, reward_plot, fidelity_plot, loss_plot]
+    timer.tick(tick, [pick], outputs, show_progress="hidden")
+    pick.change(refresh, [pick], outputs, show_progress="hidden")
+    stop.click(lambda u, r: cancel(ctx, u, r), [user, pick], [launched])
+    again.click(lambda u, r: resume(ctx, u, r), [user, pick], [launched])
