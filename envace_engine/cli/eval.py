@@ -1,0 +1,332 @@
+"""``envace eval`` and ``envace sweep``: real-environment evaluation and rehearsal-budget sweeps.
+
+Both write a run (``<root>/runs/<run_id>``, or the folder given by ``--run-dir`` as the studio's
+job manager does) through ``storage.shards.RunWriter``; layout in docs/rehearsal.md. The model,
+storage and torch are imported inside the commands so ``envace --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+ModelOpt = Annotated[
+    list[str], typer.Option("--model", help="model name, checkpoint dir or sglang+http://HOST:PORT")
+]
+SuiteOpt = Annotated[str, typer.Option("--suite", help="task suite: toy, bfcl-gen or bfcl")]
+SplitOpt = Annotated[
+    str | None,
+    typer.Option("--split", help="split (default: validation; bfcl: base = multi_turn_base)"),
+]
+TasksOpt = Annotated[int, typer.Option("--n-tasks", "--tasks", min=1, help="first K tasks")]
+RepeatsOpt = Annotated[int, typer.Option("--repeats", min=1, help="episodes per task (pass^k)")]
+RootOpt = Annotated[str | None, typer.Option("--root", help="data folder ($ENVACE_HOME, ./runs)")]
+RunDirOpt = Annotated[Path | None, typer.Option("--run-dir", help="write into this run folder")]
+TempOpt = Annotated[float, typer.Option("--temperature", min=0.0, help="sampling temperature")]
+SeedOpt = Annotated[int, typer.Option("--seed", help="sampling seed")]
+TurnsOpt = Annotated[int, typer.Option("--max-turns", min=1, help="agent replies per user turn")]
+ActOpt = Annotated[int, typer.Option("--max-new-tokens-act", min=1, help="tokens per reply")]
+WorldOpt = Annotated[
+    int, typer.Option("--max-new-tokens-rehearse", min=1, help="tokens per imagined tool result")
+]
+MemoryOpt = Annotated[int, typer.Option("--memory-tokens", min=1, help="tokens per memory")]
+ExamplesOpt = Annotated[int, typer.Option("--examples", min=0, help="worked examples in prompts")]
+ThresholdOpt = Annotated[
+    float, typer.Option("--success-threshold", help="reward that counts as success (0, 1]")
+]
+
+
+def _fail(err: Exception, hint: str) -> typer.BadParameter:
+    return typer.BadParameter(str(err), param_hint=hint)
+
+
+def _tasks(suite_name: str, split: str | None, n_tasks: int) -> tuple[Any, list[Any], list[Any]]:
+    """The suite, its first ``n_tasks`` tasks of ``split`` and the worked-example pool."""
+    from envace_engine.environments import get_suite
+
+    suite = get_suite(suite_name)
+    split = split or ("base" if suite_name == "bfcl" else "validation")
+    tasks = suite.tasks(split)[:n_tasks]
+    # bfcl is held out (no train split): worked examples come from bfcl-gen, same backends.
+    pool = get_suite("bfcl-gen").tasks("train") if suite_name == "bfcl" else suite.tasks("train")
+    return suite, tasks, pool
+
+
+def _checkpoints(models: Sequence[str], batch_size: int) -> Iterator[Any]:
+    """Load each model when its turn comes (one in memory at a time)."""
+    from envace_engine.evaluate import Checkpoint
+    from envace_engine.models import load_tokenizer, resolve
+    from envace_engine.samplers import make_sampler
+
+    for name in models:
+        spec = resolve(name)
+        tokenizer = load_tokenizer(spec)
+        options = {"batch_size": batch_size} if spec.kind == "hf" else {}
+        yield Checkpoint(name, make_sampler(spec, tokenizer=tokenizer, **options), tokenizer)
+
+
+def _writer(
+    root: str | None,
+    run_dir: Path | None,
+    kind: str,
+    model: str,
+    suite: str,
+    config: dict[str, Any],
+) -> Any:
+    from envace_engine.config import data_root
+    from storage.layout import MANIFEST, RunManifest, utc_now
+    from storage.schema import SCHEMA_VERSION
+    from storage.shards import RunWriter
+
+    if run_dir is None:
+        return RunWriter.create(data_root(root), kind, model=model, suite=suite, config=config)
+    if (run_dir / MANIFEST).exists():
+        return RunWriter(run_dir)
+    manifest = RunManifest(
+        run_id=run_dir.name,
+        kind=kind,
+        model=model,
+        suite=suite,
+        config=config,
+        created_at=utc_now(),
+        schema_version=SCHEMA_VERSION,
+    )
+    return RunWriter(run_dir, manifest)
+
+
+@dataclass(frozen=True)
+class _Job:
+    """What both commands need once their options are checked (before any model loads)."""
+
+    suite: Any
+    tasks: list[Any]
+    pool: list[Any]
+    rollout: Any
+    config: Any
+    record: dict[str, Any]
+
+
+def _prepare(suite: str, split: str | None, n_tasks: int, opts: dict[str, Any]) -> _Job:
+    """Validate options into configs; every bad value raises ``BadParameter`` naming it."""
+    from envace_engine.evaluate import EvalConfig
+    from envace_engine.memory import MemoryConfig
+    from envace_engine.rehearsal import RehearsalConfig
+    from envace_engine.rollout import RolloutConfig
+
+    try:
+        rehearsal = RehearsalConfig(
+            opts.get("budget", 0),
+            opts.get("rehearsal", "parallel"),
+            MemoryConfig(opts["memory_tokens"]),
+        )
+        config = EvalConfig(opts["repeats"], rehearsal, opts["success_threshold"])
+        rollout = RolloutConfig(
+            temperature=opts["temperature"],
+            seed=opts["seed"],
+            max_turns=opts["max_turns"],
+            max_new_tokens_act=opts["max_new_tokens_act"],
+            max_new_tokens_rehearse=opts["max_new_tokens_rehearse"],
+            n_examples=opts["examples"],
+        )
+        suite_obj, tasks, pool = _tasks(suite, split, n_tasks)
+    except ValueError as err:
+        raise _fail(err, "--suite/--split/--budget/--rehearsal") from err
+    record = {"split": split, "n_tasks": len(tasks), **opts}
+    return _Job(suite_obj, tasks, pool, rollout, config, record)
+
+
+def _recorded(params: dict[str, Any]) -> dict[str, Any]:
+    """The command's options that go into the run manifest (and into ``_prepare``)."""
+    return {k: v for k, v in params.items() if k in _RECORDED}
+
+
+def _table(rows: list[dict[str, Any]]) -> str:
+    keys = list(rows[0])
+    width = {k: max(len(k), *(len(str(r[k])) for r in rows)) for k in keys}
+    lines = ["  ".join(k.ljust(width[k]) for k in keys)]
+    lines += ["  ".join(str(r[k]).ljust(width[k]) for k in keys) for r in rows]
+    return "\n".join(lines)
+
+
+def _eval_rows(result: Any) -> list[dict[str, Any]]:
+    """One printed row per task."""
+    n = result.config.repeats
+    return [
+        {
+            "task": t.task_id,
+            "rewards": ",".join("-" if r is None else f"{r:.2f}" for r in t.rewards),
+            "successes": f"{t.successes}/{n}",
+            "calls": f"{t.real_calls:.1f}",
+            "act_tok": f"{t.act_tokens:.0f}",
+            "imag_tok": f"{t.rehearsal_tokens:.0f}",
+            "mem_tok": f"{t.memory_tokens:.0f}",
+        }
+        for t in result.tasks
+    ]
+
+
+def _sweep_rows(points: Sequence[Any]) -> list[dict[str, Any]]:
+    """One printed row per sweep point; ``*`` marks the success-vs-overhead Pareto front."""
+    from envace_engine.evaluate import pareto_front
+
+    def overhead(m: Any) -> float:
+        return m["sweep/rehearsal_tokens"] + m["sweep/memory_tokens"]
+
+    front = set(pareto_front([(overhead(p.metrics), p.metrics["sweep/success"]) for p in points]))
+    return [
+        {
+            "step": p.step,
+            "model": p.checkpoint,
+            "setting": p.setting.label,
+            "success": f"{p.metrics['sweep/success']:.3f}",
+            "reward": f"{p.metrics['sweep/reward']:.3f}",
+            "imag_tok": f"{p.metrics['sweep/rehearsal_tokens']:.0f}",
+            "mem_tok": f"{p.metrics['sweep/memory_tokens']:.0f}",
+            "act_tok": f"{p.metrics['sweep/act_tokens']:.0f}",
+            "wall_s": f"{p.metrics['sweep/wall_s']:.0f}",
+            "pareto": "*" if i in front else "",
+        }
+        for i, p in enumerate(points)
+    ]
+
+
+BudgetOpt = Annotated[int, typer.Option("--budget", min=0, help="imagined episodes (0 = plain)")]
+ModeOpt = Annotated[str, typer.Option("--rehearsal", help="parallel | sequential")]
+BudgetsOpt = Annotated[str, typer.Option("--budgets", help="comma-separated, e.g. 0,1,2,4")]
+ModesOpt = Annotated[str, typer.Option("--rehearsal", help="modes, e.g. parallel,sequential")]
+BatchOpt = Annotated[int, typer.Option("--batch-size", min=1, help="prompts per forward batch")]
+
+
+def eval_command(
+    model: ModelOpt,
+    suite: SuiteOpt,
+    split: SplitOpt = None,
+    n_tasks: TasksOpt = 8,
+    repeats: RepeatsOpt = 1,
+    budget: BudgetOpt = 0,
+    rehearsal: ModeOpt = "parallel",
+    temperature: TempOpt = 0.7,
+    seed: SeedOpt = 0,
+    max_turns: TurnsOpt = 4,
+    max_new_tokens_act: ActOpt = 128,
+    max_new_tokens_rehearse: WorldOpt = 96,
+    memory_tokens: MemoryOpt = 96,
+    examples: ExamplesOpt = 2,
+    success_threshold: ThresholdOpt = 1.0,
+    batch_size: BatchOpt = 16,
+    root: RootOpt = None,
+    run_dir: RunDirOpt = None,
+) -> None:
+    """Evaluate a model in the real environment (optionally after private rehearsal)."""
+    from envace_engine.cli.train import ProgressSink
+    from envace_engine.evaluate import evaluate
+    from envace_engine.rewards import make_reward
+
+    if len(model) != 1:
+        raise typer.BadParameter("eval takes one --model (use `envace sweep` for several)")
+    opts = _recorded(locals())
+    job = _prepare(suite, split, n_tasks, opts)
+    (checkpoint,) = _checkpoints(model, batch_size)
+    with _writer(root, run_dir, "eval", model[0], suite, job.record) as writer:
+        sink = ProgressSink(writer, f"eval {suite}")
+        try:
+            sink.progress(0, 1, "evaluating")
+            result = evaluate(
+                job.tasks,
+                job.suite,
+                checkpoint.sampler,
+                checkpoint.tokenizer,
+                job.rollout,
+                job.config,
+                make_reward("state", job.suite),
+                example_pool=job.pool,
+                run_id="ev",
+                progress=lambda done, total, msg: sink.progress(0, 1, msg),
+            )
+            metrics = result.metrics("eval")
+            sink.episodes(0, result.episodes)
+            sink.metrics(0, metrics)
+            sink.progress(1, 1, "done")
+        finally:
+            sink.close()
+    typer.echo(_table(_eval_rows(result)))
+    typer.echo(f"run {writer.run_id} in {writer.path}")
+    typer.echo(json.dumps({k: round(v, 4) for k, v in metrics.items()}))
+
+
+def sweep_command(
+    model: ModelOpt,
+    suite: SuiteOpt,
+    split: SplitOpt = None,
+    n_tasks: TasksOpt = 8,
+    repeats: RepeatsOpt = 1,
+    budgets: BudgetsOpt = "0,1,2,4",
+    rehearsal: ModesOpt = "parallel,sequential",
+    temperature: TempOpt = 0.7,
+    seed: SeedOpt = 0,
+    max_turns: TurnsOpt = 4,
+    max_new_tokens_act: ActOpt = 128,
+    max_new_tokens_rehearse: WorldOpt = 96,
+    memory_tokens: MemoryOpt = 96,
+    examples: ExamplesOpt = 2,
+    success_threshold: ThresholdOpt = 1.0,
+    batch_size: BatchOpt = 16,
+    root: RootOpt = None,
+    run_dir: RunDirOpt = None,
+) -> None:
+    """Sweep rehearsal budget x mode (x checkpoints: repeat --model) and store the grid."""
+    from envace_engine.cli.train import ProgressSink
+    from envace_engine.evaluate import run_sweep, sweep_settings
+    from envace_engine.rewards import make_reward
+
+    opts = _recorded(locals())
+    opts.pop("rehearsal")  # a list of modes here, not one mode
+    try:
+        numbers = [int(b) for b in budgets.split(",") if b.strip()]
+        settings = sweep_settings(numbers, [m.strip() for m in rehearsal.split(",") if m.strip()])
+    except ValueError as err:
+        raise _fail(err, "--budgets/--rehearsal") from err
+    job = _prepare(suite, split, n_tasks, opts)
+    record = {**job.record, "budgets": numbers, "modes": rehearsal, "checkpoints": list(model)}
+    with _writer(root, run_dir, "sweep", ",".join(model), suite, record) as writer:
+        sink = ProgressSink(writer, f"sweep {suite}")
+        try:
+            points = run_sweep(
+                job.tasks,
+                job.suite,
+                _checkpoints(model, batch_size),
+                job.rollout,
+                job.config,
+                settings,
+                make_reward("state", job.suite),
+                sink,
+                n_checkpoints=len(model),
+                example_pool=job.pool,
+            )
+        finally:
+            sink.close()
+    typer.echo(_table(_sweep_rows(points)))
+    typer.echo(f"run {writer.run_id} in {writer.path}")
+
+
+# Options recorded in the run manifest (and read back by ``_prepare``).
+_RECORDED = frozenset(
+    {
+        "repeats",
+        "budget",
+        "rehearsal",
+        "temperature",
+        "seed",
+        "max_turns",
+        "max_new_tokens_act",
+        "max_new_tokens_rehearse",
+        "memory_tokens",
+        "examples",
+        "success_threshold",
+    }
+)

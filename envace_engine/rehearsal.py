@@ -1,0 +1,339 @@
+"""Test-time private rehearsal (ENVACE.md §5): imagine N episodes, write a memory, commit once.
+
+For every task (and every repeat of it) the agent first rehearses ``budget`` imagined episodes in
+which the policy itself answers every tool call (rollout mode ``rehearsal`` with no shadow
+environment: nothing imagined ever reaches a real tool), writes a rehearsal memory from them
+(``memory``), then runs **one committed episode** against the real tools with that memory in its
+context (``memory.with_memory``). ``budget = 0`` is plain execution.
+
+* ``parallel``: the task's ``budget x repeats`` imagined episodes are ONE batched rollout call of
+  that task alone, so every prompt in the batch shares the task's prefix and ``HFSampler`` prefills
+  it once (prefix reuse; SGLang's radix cache does the same server-side). One memory per repeat is
+  written over its N transcripts.
+* ``sequential``: imagined episode ``k`` runs with memory ``k-1`` in its context; after it the
+  memory is rewritten from memory ``k-1`` plus episode ``k``'s transcript. Each of the N rounds is
+  one rollout call batched over all tasks and repeats.
+* Imagined rehearse prompts are never grounded in reference results: at test time none exist.
+
+Every imagined episode is returned as an ``Episode`` (mode ``rehearsal``, meta ``imagined_for`` =
+the committed episode's id, ``index`` = k) next to its committed episode, whose meta holds the
+memory and the token accounting: ``act_tokens`` (committed), ``rehearsal_tokens`` (all tokens the
+imagined episodes sampled), ``memory_tokens`` (all memory generations). Layout: docs/rehearsal.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+from envace_engine.environments.base import Suite
+from envace_engine.memory import (
+    MemoryConfig,
+    MemoryNote,
+    memory_messages,
+    sampled_tokens,
+    transcript,
+    with_memory,
+    write_memories,
+)
+from envace_engine.prompts import Message
+from envace_engine.rollout import RolloutConfig, rollout
+from envace_engine.samplers.base import Sampler, SamplingParams
+from envace_engine.tokens import ChatTokenizer
+from envace_engine.types import Episode, Mode, Role, Task
+
+Progress = Callable[[int, int, str], None]
+
+
+class RehearsalMode(StrEnum):
+    """How imagined episodes relate to each other."""
+
+    PARALLEL = "parallel"
+    SEQUENTIAL = "sequential"
+
+
+def parse_mode(value: str | RehearsalMode) -> RehearsalMode:
+    """A rehearsal mode from its name, with an error that lists the valid ones."""
+    try:
+        return RehearsalMode(value)
+    except ValueError:
+        valid = ", ".join(m.value for m in RehearsalMode)
+        raise ValueError(f"unknown rehearsal mode {value!r}: use one of {valid}") from None
+
+
+@dataclass(frozen=True)
+class RehearsalConfig:
+    """Test-time rehearsal settings: ``budget`` imagined episodes per committed one."""
+
+    budget: int = 0
+    mode: RehearsalMode = RehearsalMode.PARALLEL
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mode", parse_mode(self.mode))
+        if self.budget < 0:
+            raise ValueError(f"rehearsal budget={self.budget}: use 0 (plain execution) or more")
+
+    @property
+    def label(self) -> str:
+        """``none`` for plain execution, else the mode (what episode meta records)."""
+        return "none" if self.budget == 0 else self.mode.value
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One (task, repeat) after private rehearsal, before its committed episode."""
+
+    task: Task
+    task_index: int
+    repeat: int
+    imagined: tuple[Episode, ...] = ()
+    memories: tuple[MemoryNote, ...] = ()  # one (parallel) or one per imagined episode
+
+    @property
+    def memory(self) -> str:
+        """The memory the committed episode gets: the last one written, skipping failed ones
+        (a failed sequential update keeps the earlier memory rather than erasing it)."""
+        return next((m.text for m in reversed(self.memories) if m.text), "")
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """A committed episode with everything imagined for it (what the sink stores together)."""
+
+    task: Task
+    committed: Episode
+    imagined: tuple[Episode, ...] = ()
+
+    @property
+    def episodes(self) -> tuple[Episode, ...]:
+        """The committed episode first, then its imagined ones."""
+        return (self.committed, *self.imagined)
+
+
+def act_tokens(episode: Episode) -> int:
+    """Tokens the agent sampled in an episode's act segments."""
+    return sum(len(s.token_ids) for s in episode.segments if s.role is Role.ACT)
+
+
+def _seeded(config: RolloutConfig, phase: int) -> RolloutConfig:
+    # A distinct seed per phase, so imagination, memory and commit never reuse one random stream.
+    return config if config.seed is None else replace(config, seed=config.seed * 7919 + phase)
+
+
+def imagine_config(config: RolloutConfig) -> RolloutConfig:
+    """The rollout settings of imagined episodes: policy-rehearsed, no shadow env, not grounded."""
+    return replace(config, mode=Mode.REHEARSAL, shadow_real=False, grounded_rehearsal=False)
+
+
+class _Rehearser:
+    """Runs the imagined phase and writes memories for a list of plans."""
+
+    def __init__(
+        self,
+        suite: Suite,
+        sampler: Sampler,
+        tokenizer: Any,
+        config: RolloutConfig,
+        rehearsal: RehearsalConfig,
+        example_pool: Sequence[Task] | None,
+        run_id: str,
+    ) -> None:
+        self.suite, self.sampler, self.tokenizer = suite, sampler, tokenizer
+        self.config, self.rehearsal = imagine_config(config), rehearsal
+        self.pool, self.run_id = example_pool, run_id
+        self.chat = ChatTokenizer(tokenizer)
+
+    def _rollout(
+        self, tasks: Sequence[Task], group_size: int, tag: str, phase: int
+    ) -> list[Episode]:
+        return rollout(
+            tasks,
+            self.suite,
+            self.sampler,
+            self.tokenizer,
+            _seeded(self.config, phase),
+            group_size,
+            example_pool=self.pool,
+            run_id=f"{self.run_id}-{tag}",
+        )
+
+    def _memories(self, prompts: list[list[Message]], phase: int) -> list[MemoryNote]:
+        cfg, mem = self.config, self.rehearsal.memory
+        params = SamplingParams(
+            max_new_tokens=mem.max_new_tokens,
+            temperature=cfg.temperature if mem.temperature is None else mem.temperature,
+            top_p=cfg.top_p,
+            top_k=cfg.top_k,
+            stop_token_ids=(self.chat.eos_id,),
+            seed=_seeded(cfg, phase).seed,
+        )
+        return write_memories(self.sampler, self.chat, prompts, params, cfg.context_limit)
+
+    def parallel(self, plans: list[Plan], repeats: int, progress: Progress) -> list[Plan]:
+        """Per task: one batched rollout of budget x repeats imagined episodes; then memories."""
+        n = self.rehearsal.budget
+        chars = self.rehearsal.memory.transcript_chars
+        by_task: dict[int, list[Episode]] = {}
+        task_ids = sorted({p.task_index for p in plans})
+        for done, index in enumerate(task_ids):
+            task = next(p.task for p in plans if p.task_index == index)
+            by_task[index] = self._rollout([task], n * repeats, f"im{index}", 1)
+            progress(done + 1, len(task_ids), f"imagined {n * repeats} episodes for {task.id}")
+        out = []
+        for plan in plans:
+            imagined = by_task[plan.task_index][plan.repeat * n : (plan.repeat + 1) * n]
+            out.append(replace(plan, imagined=tuple(imagined)))
+        prompts = [memory_messages(p.task, [transcript(e, chars) for e in p.imagined]) for p in out]
+        notes = self._memories(prompts, 2)
+        return [replace(p, memories=(note,)) for p, note in zip(out, notes, strict=True)]
+
+    def sequential(self, plans: list[Plan], progress: Progress) -> list[Plan]:
+        """N rounds, each batched over all plans: imagine with the memory so far, then update it."""
+        chars = self.rehearsal.memory.transcript_chars
+        for k in range(self.rehearsal.budget):
+            variants = [with_memory(p.task, p.memory) for p in plans]
+            episodes = self._rollout(variants, 1, f"im{k}", 10 + 2 * k)
+            episodes = [
+                replace(e, meta={**e.meta, "memory_before": p.memory})
+                for e, p in zip(episodes, plans, strict=True)
+            ]
+            prompts = [
+                memory_messages(p.task, [transcript(e, chars)], p.memory, first_index=k + 1)
+                for p, e in zip(plans, episodes, strict=True)
+            ]
+            notes = self._memories(prompts, 11 + 2 * k)
+            plans = [
+                replace(p, imagined=(*p.imagined, e), memories=(*p.memories, note))
+                for p, e, note in zip(plans, episodes, notes, strict=True)
+            ]
+            progress(k + 1, self.rehearsal.budget, f"sequential round {k + 1}")
+        return plans
+
+
+def rehearse(
+    tasks: Sequence[Task],
+    suite: Suite,
+    sampler: Sampler,
+    tokenizer: Any,
+    config: RolloutConfig,
+    rehearsal: RehearsalConfig,
+    *,
+    repeats: int = 1,
+    example_pool: Sequence[Task] | None = None,
+    run_id: str = "rh",
+    progress: Progress | None = None,
+) -> list[Plan]:
+    """Private rehearsal for every task and repeat (no real environment is ever created)."""
+    if repeats < 1:
+        raise ValueError(f"repeats={repeats}: use 1 or more committed episodes per task")
+    plans = [Plan(task, i, r) for i, task in enumerate(tasks) for r in range(repeats)]
+    if rehearsal.budget == 0 or not plans:
+        return plans
+    report = progress or (lambda done, total, message: None)
+    worker = _Rehearser(suite, sampler, tokenizer, config, rehearsal, example_pool, run_id)
+    if rehearsal.mode is RehearsalMode.PARALLEL:
+        return worker.parallel(plans, repeats, report)
+    return worker.sequential(plans, report)
+
+
+def commit(
+    plans: Sequence[Plan],
+    suite: Suite,
+    sampler: Sampler,
+    tokenizer: Any,
+    config: RolloutConfig,
+    rehearsal: RehearsalConfig,
+    *,
+    example_pool: Sequence[Task] | None = None,
+    run_id: str = "rh",
+) -> list[Attempt]:
+    """One committed real episode per plan (batched), memory in context; link the imagined ones."""
+    if not plans:
+        return []
+    real = _seeded(replace(config, mode=Mode.REAL), 3)
+    variants = [with_memory(p.task, p.memory) for p in plans]
+    episodes = rollout(
+        variants,
+        suite,
+        sampler,
+        tokenizer,
+        real,
+        1,
+        example_pool=example_pool,
+        run_id=f"{run_id}-c",
+    )
+    return [_attempt(p, e, rehearsal, run_id) for p, e in zip(plans, episodes, strict=True)]
+
+
+def _attempt(plan: Plan, episode: Episode, rehearsal: RehearsalConfig, run_id: str) -> Attempt:
+    """Attach meta (memory, token accounting, links) to a committed episode and its imagined."""
+    group = f"{run_id}-{plan.task_index}"  # all repeats of a task form one group (pass^k)
+    setting = {"budget": rehearsal.budget, "rehearsal_mode": rehearsal.label}
+    imagined = tuple(
+        replace(
+            e,
+            group_id=f"{group}-r{plan.repeat}-im",
+            meta={
+                **e.meta,
+                **setting,
+                "imagined_for": episode.id,
+                "index": k,
+                "repeat": plan.repeat,
+            },
+        )
+        for k, e in enumerate(plan.imagined)
+    )
+    meta = {
+        **episode.meta,
+        **setting,
+        "repeat": plan.repeat,
+        "act_tokens": act_tokens(episode),
+        "rehearsal_tokens": sum(sampled_tokens(e) for e in plan.imagined),
+        "memory_tokens": sum(m.n_tokens for m in plan.memories),
+        "memory": plan.memory,
+        "memories": [m.as_meta() for m in plan.memories],
+        "imagined_ids": [e.id for e in imagined],
+    }
+    committed = replace(episode, group_id=group, meta=meta)
+    return Attempt(plan.task, committed, imagined)
+
+
+def run_with_rehearsal(
+    tasks: Sequence[Task],
+    suite: Suite,
+    sampler: Sampler,
+    tokenizer: Any,
+    config: RolloutConfig,
+    rehearsal: RehearsalConfig,
+    *,
+    repeats: int = 1,
+    example_pool: Sequence[Task] | None = None,
+    run_id: str = "rh",
+    progress: Progress | None = None,
+) -> list[Attempt]:
+    """Rehearse privately, then commit: one ``Attempt`` per task and repeat, in task order."""
+    plans = rehearse(
+        tasks,
+        suite,
+        sampler,
+        tokenizer,
+        config,
+        rehearsal,
+        repeats=repeats,
+        example_pool=example_pool,
+        run_id=run_id,
+        progress=progress,
+    )
+    return commit(
+        plans,
+        suite,
+        sampler,
+        tokenizer,
+        config,
+        rehearsal,
+        example_pool=example_pool,
+        run_id=run_id,
+    )
