@@ -1,0 +1,177 @@
+"""Rollout throughput: the batched rollout engine vs one ``model.generate`` call per generation.
+
+Workload (GRPO-shaped): smollm2-135m, toy suite, rehearsal mode, 8 tasks x group 4 (32
+episodes), multi-turn, worked examples on (the embedded default). ``--quick``: 2 tasks x group
+2, one reply per user turn, shorter generations.
+
+* engine: ``rollout()`` with ``HFSampler`` — every micro-step sends all episodes waiting for
+  act, then all waiting for the world, as one batch. A recording wrapper keeps each
+  generation's prompt and length.
+* naive: the same prompts replayed one at a time with ``model.generate`` (batch 1), each
+  forced to produce exactly as many tokens as the engine's generation did (min = max new
+  tokens), so both do the same work. Only ``--naive-sample`` generations (chosen at random) are
+  replayed: the naive rate is a per-token rate, and replaying all would take most of the run.
+
+Rates are medians over ``--repeats`` engine runs (one naive pass per repeat). Prints one JSON
+object as the last line: engine and naive tokens/s, ``ratio`` = engine / naive tokens/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from envace_engine.samplers.base import Generation, Sampler, SamplingParams
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@dataclass
+class RecordingSampler:
+    """Wraps a sampler; keeps (prompt, params, generated length) of every generation."""
+
+    inner: Sampler
+    calls: list[tuple[list[int], SamplingParams, int]] = field(default_factory=list)
+    batches: int = 0
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+        """Delegate, then record each prompt and how many tokens it got."""
+        self.batches += 1
+        gens = self.inner.generate(prompts, params)
+        self.calls += [
+            (list(p), params, len(g.token_ids)) for p, g in zip(prompts, gens, strict=True)
+        ]
+        return gens
+
+
+def run_engine(
+    model: Any, tokenizer: Any, args: argparse.Namespace
+) -> tuple[float, RecordingSampler, dict[str, Any]]:
+    """One batched rollout; returns (seconds, recorder, stats)."""
+    from envace_engine.environments import get_suite
+    from envace_engine.rollout import RolloutConfig, rollout, rollout_metrics
+    from envace_engine.samplers.hf import HFSampler
+
+    suite = get_suite("toy")
+    pool = suite.tasks("train")
+    tasks = random.Random(args.seed).sample(pool, args.tasks)
+    config = RolloutConfig(
+        mode="rehearsal",
+        max_turns=args.max_turns,
+        max_new_tokens_act=args.max_new_tokens,
+        max_new_tokens_rehearse=args.max_new_tokens,
+        temperature=1.0,
+        seed=args.seed,
+        n_examples=2,
+    )
+    recorder = RecordingSampler(HFSampler(model, tokenizer, batch_size=args.batch_size))
+    start = time.perf_counter()
+    episodes = rollout(tasks, suite, recorder, tokenizer, config, args.group, example_pool=pool)
+    seconds = time.perf_counter() - start
+    metrics = rollout_metrics(episodes)
+    stats = {
+        "episodes": len(episodes),
+        "generations": len(recorder.calls),
+        "sampler_batches": recorder.batches,
+        "drift": metrics["rollout/drift"],
+        "stop_reasons": {
+            k.removeprefix("rollout/stop/"): v
+            for k, v in metrics.items()
+            if k.startswith("rollout/stop/") and v
+        },
+    }
+    return seconds, recorder, stats
+
+
+def run_naive(
+    model: Any, tokenizer: Any, recorder: RecordingSampler, args: argparse.Namespace
+) -> tuple[int, float, list[float]]:
+    """Replay a sample of the engine's generations at batch 1; (tokens, seconds, rates)."""
+    import torch
+
+    calls = [c for c in recorder.calls if c[2] > 0]
+    sample = random.Random(args.seed).sample(calls, min(args.naive_sample, len(calls)))
+    tokens, seconds, rates = 0, 0.0, []
+    for prompt, params, length in sample:
+        start = time.perf_counter()
+        with torch.inference_mode():
+            out = model.generate(
+                torch.tensor([prompt]),
+                max_new_tokens=length,
+                min_new_tokens=length,
+                do_sample=True,
+                temperature=params.temperature,
+                top_k=0,
+                pad_token_id=tokenizer.pad_token_id,
+            )
+        took = time.perf_counter() - start
+        made = out.shape[1] - len(prompt)
+        tokens, seconds = tokens + made, seconds + took
+        rates.append(made / took)
+    return tokens, seconds, rates
+
+
+def main() -> None:
+    """Parse arguments, run engine and naive ``--repeats`` times, print the JSON summary."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small workload, under a minute")
+    parser.add_argument("--repeats", type=int, default=1, help="engine+naive runs (median)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=2, help="torch threads")
+    parser.add_argument("--batch-size", type=int, default=32, help="HFSampler chunk size")
+    args = parser.parse_args()
+    args.tasks, args.group = (2, 2) if args.quick else (8, 4)
+    args.max_turns = 1 if args.quick else 3
+    args.max_new_tokens = 24 if args.quick else 64
+    args.naive_sample = 3 if args.quick else 12
+
+    import torch
+
+    from envace_engine.models import load_model, load_tokenizer, resolve
+
+    torch.set_num_threads(args.threads)
+    spec = resolve("smollm2-135m")
+    tokenizer, model = load_tokenizer(spec), load_model(spec)
+    engine_rates, naive_rates, runs = [], [], []
+    for _ in range(args.repeats):
+        seconds, recorder, stats = run_engine(model, tokenizer, args)
+        generated = sum(c[2] for c in recorder.calls)
+        tokens, naive_s, per_gen = run_naive(model, tokenizer, recorder, args)
+        engine_rates.append(generated / seconds)
+        naive_rates.append(tokens / naive_s)
+        runs.append(
+            {
+                "engine_tokens": generated,
+                "engine_s": round(seconds, 2),
+                "naive_tokens": tokens,
+                "naive_s": round(naive_s, 2),
+                "naive_median_gen_tok_s": round(statistics.median(per_gen), 2),
+                **stats,
+            }
+        )
+        print(json.dumps(runs[-1]), flush=True)
+    engine = statistics.median(engine_rates)
+    naive = statistics.median(naive_rates)
+    result = {
+        "bench": "rollout_throughput",
+        "quick": args.quick,
+        "workload": f"{args.tasks} tasks x group {args.group}, toy, rehearsal, "
+        f"max_turns {args.max_turns}, max_new_tokens {args.max_new_tokens}",
+        "threads": args.threads,
+        "engine_tok_s": round(engine, 2),
+        "naive_tok_s": round(naive, 2),
+        "ratio": round(engine / naive, 2),
+        "runs": runs,
+    }
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

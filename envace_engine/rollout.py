@@ -1,0 +1,438 @@
+"""The rollout loop (ENVACE.md §1) for a batch of episodes at once.
+
+Every episode is a small state machine: it waits either for an **act** generation (the agent's
+next reply) or for a **world** generation (the rehearsal or simulation of one pending tool
+call), or it has ended with a stop reason. At each micro-step all episodes waiting for act go to
+the sampler as one batch, then all episodes waiting for the world as one batch, so a GRPO batch
+of 8 tasks x group 4 keeps the sampler's batch full instead of generating one reply at a time.
+With ``prefix_batches`` a micro-step's batch is split into families of prompts sharing a long
+prefix (same world, same worked examples), one sampler call each, so HFSampler prefills each
+shared prefix once.
+
+Per reply: each tool call gets its own world generation, in order (later calls see the answers
+to earlier ones), and the results of one reply are appended together after the last call. In
+``real`` mode calls run on the episode's own environment and nothing is generated for them. In
+``rehearsal`` mode a **shadow** environment (``shadow_real``) runs the same calls so that each
+``CallRecord`` holds the rehearsed and the real answer; the agent only ever sees the rehearsed
+one. Rewards are not computed here: ``score_inputs`` gives ``Suite.score`` what it needs.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from envace_engine.environments.base import Environment, Suite
+from envace_engine.parsing import INVALID_CALL_CODES, parse_rehearsal, parse_tool_calls
+from envace_engine.prompts import (
+    Message,
+    RehearseContext,
+    act_messages,
+    pick_examples,
+    rehearse_messages,
+    tool_message,
+)
+from envace_engine.samplers.base import Generation, Sampler, SamplingParams
+from envace_engine.tokens import ChatTokenizer, TokenSequence, prefix_families
+from envace_engine.types import (
+    CallRecord,
+    Episode,
+    Mode,
+    Rehearsal,
+    Role,
+    Segment,
+    StopReason,
+    Task,
+    ToolCall,
+    ToolResult,
+)
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """Settings of one rollout batch. Token caps are per generation unless named otherwise."""
+
+    mode: Mode = Mode.REHEARSAL
+    max_turns: int = 4  # agent replies per user turn
+    max_new_tokens_act: int = 128
+    max_new_tokens_rehearse: int = 96
+    max_episode_tokens: int = 4096  # policy-sampled tokens (act + rehearse) per episode
+    context_limit: int = 8192  # prompt + max_new_tokens of any generation
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    seed: int | None = None
+    grounded_rehearsal: bool = True  # reference calls/results in the rehearse prompt
+    rehearse_history: bool = True  # the conversation so far in the rehearse prompt
+    n_examples: int = 2  # worked examples from other tasks, in both prompts
+    simulator: Sampler | None = None  # the frozen simulator (simulator mode)
+    simulator_tokenizer: Any = None  # its tokenizer when it differs from the policy's
+    shadow_real: bool = True  # rehearsal/simulator mode: record real answers beside them
+    check_drift: bool = True  # compare every next prompt with a full re-render
+    # One sampler call per family of prompts sharing a long prefix (HFSampler prefills a
+    # call's common prefix once). Off for SGLang, whose radix cache shares prefixes anyway.
+    prefix_batches: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mode", Mode(self.mode))
+        for name in ("max_turns", "max_new_tokens_act", "max_new_tokens_rehearse"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"RolloutConfig.{name}={getattr(self, name)}: set it to >= 1")
+        if self.max_episode_tokens < 1 or self.context_limit < 1:
+            raise ValueError("RolloutConfig: max_episode_tokens and context_limit must be >= 1")
+        if self.n_examples < 0:
+            raise ValueError(f"RolloutConfig.n_examples={self.n_examples}: use 0 or more")
+        if self.temperature < 0 or not 0 < self.top_p <= 1:
+            raise ValueError("RolloutConfig: temperature must be >= 0 and top_p in (0, 1]")
+        if self.mode is Mode.SIMULATOR and self.simulator is None:
+            raise ValueError("simulator mode needs RolloutConfig.simulator (a Sampler)")
+
+    def params(self, max_new_tokens: int, stop_id: int, seed: int | None) -> SamplingParams:
+        """Sampling params for one batch."""
+        return SamplingParams(
+            max_new_tokens=max_new_tokens,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            stop_token_ids=(stop_id,),
+            seed=seed,
+        )
+
+
+@dataclass
+class _Live:
+    """Mutable state of one running episode (never leaves this module)."""
+
+    id: str
+    group_id: str
+    task: Task
+    env: Environment | None  # real mode: the env; otherwise the shadow env (or None)
+    ctx: RehearseContext
+    seq: TokenSequence
+    messages: list[Message]  # the agent chat so far, without the pending reply
+    history_start: int  # index of the task's first user message (worked examples before it)
+    turn: int = 0
+    replies: int = 0  # agent replies in the current user turn
+    step: int = 0  # agent replies in the episode
+    sampled: int = 0  # policy tokens sampled (act + rehearse)
+    reply: Message | None = None
+    reply_stopped: bool = True
+    pending: list[ToolCall] = field(default_factory=list)
+    answered: list[tuple[ToolCall, ToolResult]] = field(default_factory=list)
+    world_prompt: list[int] = field(default_factory=list)
+    calls: list[CallRecord] = field(default_factory=list)
+    rehearsals: list[Rehearsal] = field(default_factory=list)
+    answers: list[str] = field(default_factory=list)
+    drift: int = 0
+    stop: StopReason | None = None
+    detail: str = ""
+
+    def end(self, reason: StopReason, detail: str = "") -> None:
+        """Stop the episode (only the first reason counts)."""
+        if self.stop is None:
+            self.stop, self.detail = reason, detail
+
+    @property
+    def waiting_act(self) -> bool:
+        """Running, with no pending tool call: the next generation is the agent's."""
+        return self.stop is None and not self.pending
+
+    @property
+    def waiting_world(self) -> bool:
+        """Running, with a tool call to rehearse or simulate."""
+        return self.stop is None and bool(self.pending)
+
+
+class _Runner:
+    """Drives a batch of ``_Live`` episodes through act and world micro-steps."""
+
+    def __init__(
+        self, sampler: Sampler, tokenizer: Any, config: RolloutConfig, suite: Suite
+    ) -> None:
+        self.sampler = sampler
+        self.config = config
+        self.suite = suite
+        self.chat = ChatTokenizer(tokenizer)
+        world_tok = config.simulator_tokenizer if config.mode is Mode.SIMULATOR else None
+        self.world_chat = ChatTokenizer(world_tok) if world_tok is not None else self.chat
+        self.world_sampler = config.simulator if config.mode is Mode.SIMULATOR else sampler
+        self.calls_made = 0
+
+    def start(self, task: Task, ep_id: str, group_id: str, pool: Sequence[Task]) -> _Live:
+        """A new episode at its first act prompt."""
+        cfg = self.config
+        examples = pick_examples(task, pool, cfg.n_examples)
+        needs_env = cfg.mode is Mode.REAL or cfg.shadow_real
+        env = self.suite.make_env(task) if needs_env else None
+        tools = task.tools or (tuple(env.tools()) if env is not None else ())
+        ctx = RehearseContext(
+            tools=tuple(tools),
+            task=task,
+            grounded=cfg.grounded_rehearsal,
+            with_history=cfg.rehearse_history,
+            examples=examples,
+        )
+        messages = act_messages(task, tools, examples)
+        live = _Live(ep_id, group_id, task, env, ctx, TokenSequence(), messages, len(messages) - 1)
+        live.seq.append(Role.PROMPT, self.chat.prompt_ids(messages), messages[-1].content)
+        _start_turn(live.env, 0)
+        self._check_act_limits(live)
+        return live
+
+    def run(self, lives: list[_Live], progress: Callable[[int, int], None] | None) -> None:
+        """Micro-steps until every episode has ended; ``progress(ended, total)`` before each."""
+        while True:
+            if progress is not None:
+                progress(sum(e.stop is not None for e in lives), len(lives))
+            acting = [e for e in lives if e.waiting_act]
+            if acting:
+                prompts = [e.seq.ids for e in acting]
+                gens = self._generate(
+                    self.sampler, prompts, self.config.max_new_tokens_act, self.chat
+                )
+                for live, gen in zip(acting, gens, strict=True):
+                    self.on_act(live, gen)
+            world = [e for e in lives if e.waiting_world]  # includes those that just acted
+            if world:
+                prompts = [e.world_prompt for e in world]
+                cap = self.config.max_new_tokens_rehearse
+                gens = self._generate(self.world_sampler, prompts, cap, self.world_chat)
+                for live, gen in zip(world, gens, strict=True):
+                    self.on_world(live, gen)
+            if not acting and not world:
+                return
+
+    def _generate(
+        self, sampler: Sampler, prompts: list[list[int]], cap: int, chat: ChatTokenizer
+    ) -> list[Generation]:
+        """One sampler call per prefix family (or one for all), results in prompt order."""
+        families = (
+            prefix_families(prompts) if self.config.prefix_batches else [list(range(len(prompts)))]
+        )
+        gens: list[Generation | None] = [None] * len(prompts)
+        for family in families:
+            cfg = self.config
+            seed = None if cfg.seed is None else cfg.seed * 100_003 + self.calls_made
+            self.calls_made += 1
+            params = cfg.params(cap, chat.eos_id, seed)
+            out = sampler.generate([list(prompts[i]) for i in family], params)
+            if len(out) != len(family):
+                raise RuntimeError(f"sampler returned {len(out)} generations for {len(family)}")
+            for i, gen in zip(family, out, strict=True):
+                gens[i] = gen
+        return [g for g in gens if g is not None]
+
+    def on_act(self, live: _Live, gen: Generation) -> None:
+        """Append the agent's reply and decide what the episode waits for next."""
+        if gen.finish_reason in ("abort", "error"):
+            live.end(StopReason.SAMPLER_ERROR, gen.error or gen.finish_reason)
+            return
+        ids = list(gen.token_ids)
+        stopped = bool(ids) and ids[-1] == self.chat.eos_id
+        text = self.chat.decode(ids[:-1] if stopped else ids)
+        live.seq.append(Role.ACT, ids, self.chat.decode(ids), gen.logprobs)
+        live.sampled += len(ids)
+        live.replies += 1
+        live.step += 1
+        live.reply, live.reply_stopped = Message("assistant", text), stopped
+        parsed = parse_tool_calls(text)
+        if parsed.errors:
+            first = parsed.errors[0]
+            reason = StopReason.MALFORMED_CALL if stopped else StopReason.TRUNCATED
+            live.end(reason, f"{first.code}: {first.message}")
+        elif parsed.calls:
+            live.pending, live.answered = list(parsed.calls), []
+            if self.config.mode is Mode.REAL:
+                self._execute_all(live)
+            else:
+                self._prepare_world(live)
+        elif not stopped:
+            live.end(StopReason.TRUNCATED, "reply cut by max_new_tokens_act without a tool call")
+        else:
+            live.answers.append(parsed.content)
+            if live.turn + 1 < len(live.task.user_turns):
+                live.turn += 1
+                live.replies = 0
+                _start_turn(live.env, live.turn)
+                self._extend(live, [Message("user", live.task.user_turns[live.turn])], Role.USER)
+            else:
+                live.end(StopReason.DONE)
+
+    def _execute_all(self, live: _Live) -> None:
+        assert live.env is not None
+        for call in live.pending:
+            result = live.env.execute(call)
+            live.calls.append(CallRecord(live.turn, live.step, call, "real", real=result))
+            live.answered.append((call, result))
+        self._commit(live, Role.REAL)
+
+    def _prepare_world(self, live: _Live) -> None:
+        assert live.reply is not None
+        call = live.pending[len(live.answered)]
+        history = live.messages[live.history_start :]
+        messages = rehearse_messages(live.ctx, history, live.reply.content, call, live.answered)
+        live.world_prompt = self.world_chat.prompt_ids(messages)
+        cfg = self.config
+        if len(live.world_prompt) + cfg.max_new_tokens_rehearse > cfg.context_limit:
+            live.end(
+                StopReason.CONTEXT_LIMIT, f"rehearse prompt of {len(live.world_prompt)} tokens"
+            )
+        elif cfg.mode is Mode.REHEARSAL and live.sampled >= cfg.max_episode_tokens:
+            live.end(StopReason.TOKEN_LIMIT, f"{live.sampled} tokens sampled")
+
+    def on_world(self, live: _Live, gen: Generation) -> None:
+        """Record one rehearsal (or simulation) and move to the next call or the next act."""
+        if gen.finish_reason in ("abort", "error"):
+            live.end(StopReason.SAMPLER_ERROR, gen.error or gen.finish_reason)
+            return
+        rehearsing = self.config.mode is Mode.REHEARSAL
+        call = live.pending[len(live.answered)]
+        text = self.world_chat.decode(gen.token_ids)
+        if rehearsing:
+            segment = Segment(Role.REHEARSE, tuple(gen.token_ids), text, tuple(gen.logprobs))
+            grounded = live.ctx.grounded and any(live.task.reference_calls)
+            live.rehearsals.append(
+                Rehearsal(len(live.calls), tuple(live.world_prompt), segment, grounded)
+            )
+            live.sampled += len(gen.token_ids)
+        parsed = parse_rehearsal(text)
+        real = live.env.execute(call) if live.env is not None else None
+        shown = "rehearsed" if rehearsing else "simulated"
+        answer = {shown: parsed.result}  # the CallRecord field named like what the agent saw
+        live.calls.append(CallRecord(live.turn, live.step, call, shown, real=real, **answer))
+        if parsed.result is None:
+            assert parsed.error is not None
+            who = "rehearsal" if rehearsing else "simulator"
+            live.end(
+                StopReason.UNPARSEABLE_REHEARSAL,
+                f"{who} {parsed.error.code}: {parsed.error.message}",
+            )
+            return
+        error = parsed.result.error
+        if rehearsing and error is not None and error.code in INVALID_CALL_CODES:
+            live.end(StopReason.INVALID_REHEARSAL, f"{error.code}: {error.message}")
+            return
+        live.answered.append((call, parsed.result))
+        if len(live.answered) == len(live.pending):
+            self._commit(live, Role.TOOL)
+        else:
+            self._prepare_world(live)
+
+    def _commit(self, live: _Live, role: Role) -> None:
+        """Append the results of the whole reply as tool messages."""
+        results = [tool_message(result) for _, result in live.answered]
+        live.pending, live.answered = [], []
+        self._extend(live, results, role)
+
+    def _extend(self, live: _Live, new: list[Message], role: Role) -> None:
+        """Tokenise only the external suffix after the reply; check it against a re-render."""
+        assert live.reply is not None
+        suffix = self.chat.suffix(live.messages, live.reply, new, live.reply_stopped)
+        live.seq.append(role, self.chat.encode(suffix), suffix)
+        live.messages += [live.reply, *new]
+        live.reply = None
+        if self.config.check_drift and self.chat.drifted(live.seq.ids, live.messages):
+            live.drift += 1
+        self._check_act_limits(live)
+
+    def _check_act_limits(self, live: _Live) -> None:
+        cfg = self.config
+        if live.replies >= cfg.max_turns:
+            live.end(StopReason.TURN_LIMIT, f"{live.replies} replies in user turn {live.turn}")
+        elif live.sampled >= cfg.max_episode_tokens:
+            live.end(StopReason.TOKEN_LIMIT, f"{live.sampled} tokens sampled")
+        elif len(live.seq.ids) + cfg.max_new_tokens_act > cfg.context_limit:
+            live.end(StopReason.CONTEXT_LIMIT, f"act prompt of {len(live.seq.ids)} tokens")
+
+
+def _start_turn(env: Environment | None, turn: int) -> None:
+    # BFCL's miss_func tasks reveal a tool from a later turn on; environments that model this
+    # expose start_turn (not part of the Environment protocol, so it is optional here).
+    start = getattr(env, "start_turn", None)
+    if callable(start):
+        start(turn)
+
+
+def _episode(live: _Live, mode: Mode) -> Episode:
+    return Episode(
+        id=live.id,
+        task_id=live.task.id,
+        suite=live.task.suite,
+        mode=mode,
+        group_id=live.group_id,
+        segments=live.seq.segments,
+        rehearsals=tuple(live.rehearsals),
+        calls=tuple(live.calls),
+        stop_reason=live.stop or StopReason.DONE,
+        stop_detail=live.detail,
+        final_answers=tuple(live.answers),
+        drift=live.drift,
+        meta={"sampled_tokens": live.sampled, "user_turns_reached": live.turn + 1},
+    )
+
+
+def rollout(
+    tasks: Sequence[Task],
+    suite: Suite,
+    sampler: Sampler,
+    tokenizer: Any,
+    config: RolloutConfig,
+    group_size: int = 1,
+    *,
+    example_pool: Sequence[Task] | None = None,
+    run_id: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[Episode]:
+    """Roll out every task ``group_size`` times (one group id per task) as one batch.
+
+    ``example_pool`` is where worked examples come from (default: the suite's train split;
+    a task never gets itself as an example). ``run_id`` prefixes episode and group ids.
+    ``progress(ended, total)`` is called before every micro-step and once at the end.
+    """
+    if group_size < 1:
+        raise ValueError(f"group_size={group_size}: use 1 or more episodes per task")
+    if any(not t.user_turns for t in tasks):
+        raise ValueError("every task needs at least one user turn")
+    if example_pool is None:
+        example_pool = suite.tasks("train") if config.n_examples > 0 else []
+    prefix = run_id or uuid.uuid4().hex[:8]
+    runner = _Runner(sampler, tokenizer, config, suite)
+    lives = [
+        runner.start(task, f"{prefix}-{i}-{k}", f"{prefix}-{i}", example_pool)
+        for i, task in enumerate(tasks)
+        for k in range(group_size)
+    ]
+    runner.run(lives, progress)
+    return [_episode(live, config.mode) for live in lives]
+
+
+def score_inputs(episode: Episode, n_turns: int) -> tuple[list[list[ToolCall]], list[str]]:
+    """What ``Suite.score`` takes: the committed calls per user turn and the final answers,
+    padded to ``n_turns`` (turns the episode never reached have no calls and an empty answer)."""
+    calls: list[list[ToolCall]] = [[] for _ in range(n_turns)]
+    for record in episode.calls:
+        if record.turn < n_turns:
+            calls[record.turn].append(record.call)
+    answers = list(episode.final_answers[:n_turns])
+    answers += [""] * (n_turns - len(answers))
+    return calls, answers
+
+
+def rollout_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
+    """Flat scalar metrics of a batch: stop reasons, drift, tokens, calls, parse rates."""
+    n = max(len(episodes), 1)
+    metrics: dict[str, float] = {
+        "rollout/episodes": float(len(episodes)),
+        "rollout/drift": float(sum(e.drift for e in episodes)),
+        "rollout/sampled_tokens_mean": sum(e.meta.get("sampled_tokens", 0) for e in episodes) / n,
+        "rollout/calls_mean": sum(len(e.calls) for e in episodes) / n,
+        "rollout/rehearsals": float(sum(len(e.rehearsals) for e in episodes)),
+    }
+    for reason in StopReason:
+        share = sum(e.stop_reason is reason for e in episodes) / n
+        metrics[f"rollout/stop/{reason.value}"] = share
+    both = [c for e in episodes for c in e.calls if c.rehearsed is not None and c.real is not None]
+    metrics["rollout/rehearsed_real_pairs"] = float(len(both))
+    return metrics

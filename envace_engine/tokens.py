@@ -1,0 +1,189 @@
+"""Token-in/token-out sequences: the agent context as sampled ids plus tokenised external text.
+
+The rollout never re-tokenises what the policy sampled. The agent context grows by two kinds of
+appends only:
+
+* sampled tokens (``act``), exactly as the sampler returned them, with their log-probs;
+* external text (tool results, later user turns), of which only the *new suffix* is tokenised.
+
+The suffix is cut so that it starts right after a special token: after an act reply that ended
+with ``<|im_end|>`` it is ``"\\n<|im_start|>tool\\n…<|im_end|>\\n<|im_start|>assistant\\n"``;
+after a reply cut by ``max_new_tokens`` it starts with the end token itself. Special tokens
+split the text before BPE runs, so the suffix's tokens are the same alone as in the full render.
+
+Every new prompt is also compared with a tokenisation of the full re-rendered chat; each
+mismatch counts one ``drift`` (reported as a metric). The sampled ids always win: drift only
+reports that the policy sampled a non-canonical tokenisation, or that the template is not
+prefix-stable. Layout and masks: docs/masking.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from envace_engine.prompts import Message, render
+from envace_engine.types import Episode, Rehearsal, Role, Segment, TrainRow
+
+# role_mask values: which role (if any) a token is trained for.
+MASK_NONE = 0
+MASK_ACT = 1
+MASK_REHEARSE = 2
+_SENTINEL = "\u2063ENVACE_SENTINEL\u2063"  # content marker for finding the template's closing text
+
+
+class TokenSequence:
+    """The agent context being built: segments plus the flat ids, extended together."""
+
+    def __init__(self) -> None:
+        self._segments: list[Segment] = []
+        self._ids: list[int] = []
+
+    @property
+    def ids(self) -> list[int]:
+        """All token ids so far (the next prompt, once a generation prompt is appended)."""
+        return self._ids
+
+    @property
+    def segments(self) -> tuple[Segment, ...]:
+        """The segments so far, in order."""
+        return tuple(self._segments)
+
+    def append(
+        self,
+        role: Role,
+        token_ids: Sequence[int],
+        text: str,
+        logprobs: Sequence[float] | None = None,
+    ) -> None:
+        """Append one segment. Sampled roles need one log-prob per token; others none."""
+        sampled = role.trained
+        if sampled and (logprobs is None or len(logprobs) != len(token_ids)):
+            got = "none" if logprobs is None else len(logprobs)
+            raise ValueError(f"{role} segment: {len(token_ids)} tokens but {got} logprobs")
+        if not sampled and logprobs is not None:
+            raise ValueError(f"{role} segment is external text and cannot carry logprobs")
+        ids = tuple(int(t) for t in token_ids)
+        lps = None if logprobs is None else tuple(float(x) for x in logprobs)
+        self._segments.append(Segment(role=role, token_ids=ids, text=text, logprobs=lps))
+        self._ids.extend(ids)
+
+
+class ChatTokenizer:
+    """Renders chats with the model's template and tokenises only what is new."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.eos_id: int = tokenizer.eos_token_id
+        self.eos_text: str = tokenizer.convert_ids_to_tokens(self.eos_id)
+
+    def encode(self, text: str) -> list[int]:
+        """Tokenise text that already holds the template's special tokens."""
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Exact text of sampled ids (special tokens kept, no space clean-up)."""
+        return self.tokenizer.decode(
+            list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False
+        )
+
+    def prompt_ids(self, messages: Sequence[Message]) -> list[int]:
+        """A fresh prompt: the whole chat rendered with a generation prompt."""
+        return self.encode(render(self.tokenizer, messages, add_generation_prompt=True))
+
+    def closing_text(self, history: Sequence[Message]) -> str:
+        """What the template writes after an assistant message (e.g. ``<|im_end|>\\n``)."""
+        marked = [*history, Message("assistant", _SENTINEL)]
+        text = render(self.tokenizer, marked, add_generation_prompt=False)
+        return text[text.rfind(_SENTINEL) + len(_SENTINEL) :]
+
+    def suffix(
+        self, history: Sequence[Message], reply: Message, new: Sequence[Message], stopped: bool
+    ) -> str:
+        """External text after a sampled ``reply`` up to the next generation prompt.
+
+        ``history`` is the chat before ``reply``; ``new`` the messages appended after it.
+        ``stopped`` says the sampled ids already end with the end token.
+        """
+        closing = self.closing_text(history)
+        if stopped and closing.startswith(self.eos_text):
+            closing = closing[len(self.eos_text) :]
+        before = render(self.tokenizer, [*history, reply], add_generation_prompt=False)
+        after = render(self.tokenizer, [*history, reply, *new], add_generation_prompt=True)
+        if not after.startswith(before):
+            raise ValueError("the chat template is not prefix-stable: cannot extend prompts")
+        return closing + after[len(before) :]
+
+    def drifted(self, ids: Sequence[int], messages: Sequence[Message]) -> bool:
+        """True when ``ids`` differ from a tokenisation of the full re-rendered chat."""
+        return list(ids) != self.prompt_ids(messages)
+
+
+def prefix_families(prompts: Sequence[Sequence[int]], min_share: float = 0.5) -> list[list[int]]:
+    """Split prompts into families sharing a long token prefix; returns index lists.
+
+    Prompts are sorted, then grouped greedily: a prompt joins the current family while its
+    common prefix with the family's first prompt covers at least ``min_share`` of the shorter
+    of the two. A sampler that prefills a batch's common prefix once (``HFSampler``) then does
+    that once per family instead of once per prompt. Every index appears exactly once.
+    """
+    order = sorted(range(len(prompts)), key=lambda i: list(prompts[i]))
+    families: list[list[int]] = []
+    for i in order:
+        if families:
+            head = prompts[families[-1][0]]
+            shared = _common_prefix(head, prompts[i])
+            if shared > 0 and shared >= min_share * min(len(head), len(prompts[i])):
+                families[-1].append(i)
+                continue
+        families.append([i])
+    return families
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def rehearsal_segments(rehearsal: Rehearsal) -> tuple[Segment, ...]:
+    """A rehearsal as a two-segment sequence (its prompt, then the sampled completion)."""
+    prompt = Segment(role=Role.PROMPT, token_ids=rehearsal.prompt_ids, text="")
+    return (prompt, rehearsal.completion)
+
+
+def role_mask(segments: Sequence[Segment]) -> list[int]:
+    """Per token: ``MASK_ACT``/``MASK_REHEARSE`` where trained, ``MASK_NONE`` elsewhere."""
+    value = {Role.ACT: MASK_ACT, Role.REHEARSE: MASK_REHEARSE}
+    return [value.get(s.role, MASK_NONE) for s in segments for _ in s.token_ids]
+
+
+def training_rows(episode: Episode) -> list[TrainRow]:
+    """Step-as-sample rows: one per act segment (agent context before it as prompt), then one
+    per rehearsal (its own prompt). Prompt, tool/real and user tokens are never completions."""
+    rows: list[TrainRow] = []
+    prefix: list[int] = []
+    for segment in episode.segments:
+        if segment.role is Role.ACT:
+            rows.append(_row(episode, Role.ACT, prefix, segment))
+        prefix.extend(segment.token_ids)
+    for rehearsal in episode.rehearsals:
+        rows.append(_row(episode, Role.REHEARSE, rehearsal.prompt_ids, rehearsal.completion))
+    return rows
+
+
+def _row(episode: Episode, role: Role, prompt: Sequence[int], segment: Segment) -> TrainRow:
+    if segment.logprobs is None:
+        raise ValueError(f"episode {episode.id}: a sampled {role} segment has no logprobs")
+    return TrainRow(
+        episode_id=episode.id,
+        group_id=episode.group_id,
+        role=role,
+        prompt_ids=tuple(prompt),
+        completion_ids=segment.token_ids,
+        old_logprobs=segment.logprobs,
+        reward=episode.reward,
+    )
