@@ -8,8 +8,13 @@ from __future__ import annotations
 
 import typer
 
+from envace_engine.cli import data as _data
+from envace_engine.cli import eval as _eval
 from envace_engine.cli import models as _models
+from envace_engine.cli import rollout as _rollout
 from envace_engine.cli import studio as _studio
+from envace_engine.cli import tasks as _tasks
+from envace_engine.cli import train as _train
 
 app = typer.Typer(
     name="envace",
@@ -19,7 +24,16 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(_models.app, name="models")
+app.add_typer(_tasks.app, name="tasks")
 app.command("studio")(_studio.studio)
+app.command("rollout")(_rollout.rollout_command)
+app.add_typer(_data.runs_app, name="runs")
+app.command("export")(_data.export)
+app.command("import")(_data.import_)
+app.command("sft")(_train.sft)
+app.command("train")(_train.train)
+app.command("eval")(_eval.eval_command)
+app.command("sweep")(_eval.sweep_command)
 
 
 def main() -> None:

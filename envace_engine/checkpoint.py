@@ -1,0 +1,166 @@
+"""Training checkpoints: everything needed to continue a run exactly, written atomically.
+
+A checkpoint is a directory ``<run>/checkpoints/step-000012/`` holding
+
+* the model as a Hugging Face checkpoint (``config.json``, ``model.safetensors``, tokenizer
+  files), so ``model = "<that dir>"`` starts a new run or an evaluation from it;
+* ``trainer_state.pt``: the optimizer state and the RNG states of python, numpy and torch;
+* ``state.json``: the step, the data position (how many tasks have been drawn from the seeded
+  task order) and the config the run was started with.
+
+It is written to a temporary sibling and renamed, so a ``kill -9`` at any moment leaves either
+the whole checkpoint or none of it; ``latest`` only ever sees complete ones. Weights are stored
+in fp32 safetensors and the optimizer state with ``torch.save``, so a resumed run continues from
+bit-identical state.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+CHECKPOINTS = "checkpoints"
+STATE_FILE = "state.json"
+TRAINER_FILE = "trainer_state.pt"
+_NAME = re.compile(r"^step-(\d{6})$")
+
+
+@dataclass(frozen=True)
+class TrainState:
+    """Where a run is: ``step`` optimizer steps done, ``data_position`` tasks drawn."""
+
+    step: int
+    data_position: int
+    config: dict[str, Any]
+
+
+def checkpoint_dir(run_dir: Path, step: int) -> Path:
+    """``<run_dir>/checkpoints/step-000012``."""
+    return Path(run_dir) / CHECKPOINTS / f"step-{step:06d}"
+
+
+def list_checkpoints(run_dir: Path) -> list[Path]:
+    """Complete checkpoints of a run, oldest first (temporaries are never listed)."""
+    root = Path(run_dir) / CHECKPOINTS
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if _NAME.match(p.name) and (p / STATE_FILE).is_file()]
+    return sorted(found, key=lambda p: p.name)
+
+
+def latest(run_dir: Path) -> Path | None:
+    """The newest complete checkpoint, or None."""
+    found = list_checkpoints(run_dir)
+    return found[-1] if found else None
+
+
+def rng_state() -> dict[str, Any]:
+    """The RNG states of python, numpy and torch (CPU, and CUDA when present)."""
+    import numpy as np
+    import torch
+
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore what ``rng_state`` captured."""
+    import numpy as np
+    import torch
+
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save(
+    run_dir: Path,
+    state: TrainState,
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    optimizer: torch.optim.Optimizer,
+    keep: int = 2,
+) -> Path:
+    """Write checkpoint ``state.step`` atomically; prune all but the newest ``keep``."""
+    import torch
+
+    final = checkpoint_dir(run_dir, state.step)
+    tmp = final.with_name(f".{final.name}.tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    trainer = {"optimizer": optimizer.state_dict(), "rng": rng_state()}
+    torch.save(trainer, tmp / TRAINER_FILE)
+    body = {"step": state.step, "data_position": state.data_position, "config": state.config}
+    (tmp / STATE_FILE).write_text(json.dumps(body, indent=1), encoding="utf-8")
+    _fsync_dir(tmp)
+    if final.exists():  # the same step saved again (a resumed run): replace it whole
+        shutil.rmtree(final)
+    tmp.rename(final)
+    _fsync_dir(final.parent)
+    for old in list_checkpoints(run_dir)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def read_state(path: Path) -> TrainState:
+    """The ``state.json`` of checkpoint ``path``."""
+    file = Path(path) / STATE_FILE
+    if not file.is_file():
+        raise FileNotFoundError(f"{path} is not a complete checkpoint (no {STATE_FILE})")
+    body = json.loads(file.read_text(encoding="utf-8"))
+    return TrainState(int(body["step"]), int(body["data_position"]), dict(body["config"]))
+
+
+def restore(path: Path, model: PreTrainedModel, optimizer: torch.optim.Optimizer) -> TrainState:
+    """Load weights, optimizer and RNG states from checkpoint ``path`` into live objects."""
+    import torch
+    from safetensors.torch import load_file
+
+    state = read_state(path)
+    weights = load_file(str(Path(path) / "model.safetensors"))
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    # Tied weights (lm_head = embeddings) are saved once; anything else missing is an error.
+    missing = [k for k in missing if k not in _tied_keys(model)]
+    if missing or unexpected:
+        raise ValueError(
+            f"{path}: weights do not fit the model (missing {missing[:3]}, "
+            f"unexpected {unexpected[:3]}): resume with the run's own model"
+        )
+    trainer = torch.load(Path(path) / TRAINER_FILE, weights_only=False)
+    optimizer.load_state_dict(trainer["optimizer"])
+    set_rng_state(trainer["rng"])
+    return state
+
+
+def _tied_keys(model: Any) -> set[str]:
+    tied = getattr(model, "_tied_weights_keys", None) or {}
+    return set(tied if not isinstance(tied, dict) else tied.keys())
+
+
+def _fsync_dir(path: Path) -> None:
+    """Flush a directory's entries so a rename survives a power cut, not just a kill."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

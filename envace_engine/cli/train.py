@@ -1,0 +1,144 @@
+"""``envace sft`` and ``envace train``: TOML config plus ``--set key=value`` overrides.
+
+Both store their output as a run (``<root>/runs/<run_id>``: run.json, Parquet shards,
+progress.json) through ``storage.shards.RunWriter``, imported here, in the composition root, so
+the engine only ever sees a ``Sink``. A terminal progress bar follows the sink's progress calls.
+Under ``torchrun``/``accelerate launch`` rank 0 picks the run id and writes the run; the other
+ranks train without a sink (the trainer gathers their episodes to rank 0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from envace_engine.config import ConfigError, SFTConfig, TrainConfig, build, data_root, load
+from envace_engine.sink import Sink
+from envace_engine.types import Episode
+
+CONFIG_HELP = "TOML config file (see configs/*.toml)"
+SET_HELP = "override one key, e.g. --set steps=10 --set rollout.temperature=0.7 (repeatable)"
+
+
+class ProgressSink:
+    """A ``Sink`` that forwards everything to ``inner`` and draws a tqdm progress bar."""
+
+    def __init__(self, inner: Sink, desc: str) -> None:
+        from tqdm import tqdm
+
+        self.inner = inner
+        self.bar = tqdm(total=0, desc=desc, unit="step", dynamic_ncols=True)
+        self.last: Mapping[str, float] = {}
+
+    def episodes(self, step: int, episodes: Sequence[Episode]) -> None:
+        """Forward a step's episodes."""
+        self.inner.episodes(step, episodes)
+
+    def metrics(self, step: int, metrics: Mapping[str, float]) -> None:
+        """Forward metrics and show the headline ones on the bar."""
+        self.inner.metrics(step, metrics)
+        shown = ("reward/mean", "success/real", "fidelity/score", "loss", "sft/loss")
+        self.bar.set_postfix({k.split("/")[-1]: f"{metrics[k]:.3f}" for k in shown if k in metrics})
+
+    def progress(self, done: int, total: int, message: str = "") -> None:
+        """Forward progress and move the bar."""
+        self.inner.progress(done, total, message)
+        self.bar.total = total
+        self.bar.n = done
+        self.bar.refresh()
+
+    def close(self) -> None:
+        """Finish the bar."""
+        self.bar.close()
+
+
+def _fail(err: Exception) -> typer.BadParameter:
+    return typer.BadParameter(str(err), param_hint="--config/--set")
+
+
+def _open_run(root: str | None, kind: str, cfg: Any, run_id: str | None) -> Any:
+    from storage.shards import RunWriter
+
+    return RunWriter.create(
+        data_root(root),
+        kind,
+        model=cfg.model,
+        suite=cfg.suite,
+        config=cfg.model_dump(mode="json"),
+        run_id=run_id,
+    )
+
+
+ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help=CONFIG_HELP)]
+SetOpt = Annotated[list[str] | None, typer.Option("--set", help=SET_HELP)]
+ResumeOpt = Annotated[str | None, typer.Option("--resume", help="run id or run dir to continue")]
+
+
+def sft(config: ConfigOpt = None, overrides: SetOpt = None) -> None:
+    """SFT warm-up on reference trajectories of both roles; saves a checkpoint dir."""
+    from envace_engine.sft import run_sft
+
+    try:
+        cfg = load(SFTConfig, config, overrides or [])
+        writer = _open_run(cfg.root, "sft", cfg, cfg.run_id)
+    except (ConfigError, ValueError) as err:
+        raise _fail(err) from err
+    out = Path(cfg.out_dir) if cfg.out_dir else writer.path / "model"
+    sink = ProgressSink(writer, "sft")
+    with writer:
+        run_sft(cfg, out, sink)
+    sink.close()
+    typer.echo(f"run {writer.run_id}: model saved to {out}  (train with --set model={out})")
+
+
+def train(config: ConfigOpt = None, resume: ResumeOpt = None, overrides: SetOpt = None) -> None:
+    """Role-wise GRPO (modes envace, real-grpo, act-only); checkpoints; --resume continues."""
+    from envace_engine import distributed
+    from envace_engine.trainer import train as run_train
+
+    d = distributed.init()
+    try:
+        cfg, run_dir = _train_setup(config, resume, overrides or [], d)
+    except (ConfigError, ValueError, FileNotFoundError) as err:
+        raise _fail(err) from err
+    writer, sink = None, None
+    if d.is_main:
+        from storage.shards import RunWriter
+
+        writer = RunWriter(run_dir)
+        sink = ProgressSink(writer, f"train {writer.run_id}")
+    try:
+        if writer is not None:
+            with writer:
+                done = run_train(cfg, run_dir, sink, resume=resume is not None)
+        else:
+            done = run_train(cfg, run_dir, None, resume=resume is not None)
+    finally:
+        if sink is not None:
+            sink.close()
+        distributed.shutdown(d)
+    if d.is_main:
+        typer.echo(f"run {run_dir.name}: {done} steps done; checkpoints in {run_dir}/checkpoints")
+
+
+def _train_setup(
+    config: Path | None, resume: str | None, overrides: list[str], d: Any
+) -> tuple[TrainConfig, Path]:
+    """The validated config and the run dir (created by rank 0 for a new run)."""
+    from envace_engine import distributed
+    from storage.layout import read_manifest, run_dir
+
+    if resume is None:
+        cfg = load(TrainConfig, config, overrides)
+        path = _open_run(cfg.root, "train", cfg, cfg.run_id).path if d.is_main else None
+        return cfg, Path(distributed.share(str(path) if path else None, d))
+    path = Path(resume) if Path(resume).is_dir() else run_dir(data_root(None), resume)
+    if not (path / "run.json").is_file():
+        raise FileNotFoundError(f"--resume {resume}: no run at {path} (give a run id or run dir)")
+    stored = read_manifest(path).config
+    if config is not None:  # a file given with --resume replaces the stored config
+        return load(TrainConfig, config, overrides), path
+    return build(TrainConfig, stored, overrides), path

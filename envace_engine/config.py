@@ -1,0 +1,228 @@
+"""One typed config tree for ``envace train`` and ``envace sft``: TOML file + CLI overrides.
+
+The tree is pydantic (it parses outside text). Top-level keys are the run's identity and the
+GRPO batch shape; the sections ``[rollout]``, ``[advantages]``, ``[loss]`` and ``[optim]`` hold
+the knobs of one concept each. Defaults follow EnvACE's run (ENVACE.md §4): one optimizer step
+per rollout batch, constant lr, grad clip 1.0, ratio clip 0.2, dual clip 3, KL off, mean-only
+advantages pooled over rows. Every unknown key, wrong type or out-of-range value is an error
+naming the key, what is wrong and what to set instead (``ConfigError``).
+
+Overrides use dotted keys, ``rollout.temperature=0.7``; values are parsed as TOML values (so
+``true``, ``3``, ``"x"`` and ``[0.9, 0.99]`` work) and fall back to a plain string.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+TrainMode = Literal["envace", "real-grpo", "act-only"]
+RewardKind = Literal["state", "reference", "judge"]
+
+
+class ConfigError(ValueError):
+    """A config file or override is invalid; the message says which key and what to set."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RolloutSettings(_Section):
+    """How episodes are generated (maps onto ``rollout.RolloutConfig``)."""
+
+    max_turns: int = Field(4, ge=1, description="agent replies per user turn")
+    max_new_tokens_act: int = Field(128, ge=1, description="tokens per agent reply")
+    max_new_tokens_rehearse: int = Field(96, ge=1, description="tokens per rehearsed result")
+    max_episode_tokens: int = Field(4096, ge=1, description="policy tokens per episode")
+    context_limit: int = Field(8192, ge=1, description="prompt + new tokens of any generation")
+    temperature: float = Field(1.0, gt=0, description="sampling temperature (> 0 for GRPO)")
+    top_p: float = Field(1.0, gt=0, le=1)
+    grounded_rehearsal: bool = Field(True, description="reference results in rehearse prompts")
+    rehearse_history: bool = Field(True, description="conversation so far in rehearse prompts")
+    n_examples: int = Field(2, ge=0, description="worked examples from other tasks per prompt")
+    sampler_batch_size: int = Field(32, ge=1, description="prompts per HF forward batch")
+
+
+class AdvantageSettings(_Section):
+    """Role-wise GRPO advantages (``advantages.compute_advantages``)."""
+
+    pooling: Literal["rows", "trajectories"] = "rows"
+    scale_by_std: bool = False
+    role_wise: bool = True
+
+
+class LossSettings(_Section):
+    """The clipped policy-gradient loss (``loss.policy_loss``)."""
+
+    clip_eps_low: float = Field(0.2, ge=0, lt=1)
+    clip_eps_high: float | None = Field(None, ge=0, description="defaults to clip_eps_low")
+    dual_clip: float | None = Field(3.0, gt=1, description="None turns the dual clip off")
+    kl_coef: float = Field(0.0, ge=0, description="> 0 loads a frozen reference model")
+    aggregation: Literal["seq_mean_token_mean", "token_mean"] = "seq_mean_token_mean"
+
+
+class OptimSettings(_Section):
+    """AdamW with a constant learning rate and global-norm gradient clipping."""
+
+    lr: float = Field(1e-6, gt=0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    weight_decay: float = Field(0.0, ge=0)
+    eps: float = Field(1e-8, gt=0)
+    grad_clip: float | None = Field(1.0, gt=0, description="max grad norm; None = no clipping")
+
+
+class TrainConfig(_Section):
+    """Everything ``envace train`` needs. ``run_id`` names the run under ``<root>/runs/``."""
+
+    model: str = Field("smollm2-135m", description="registry name or checkpoint dir to train")
+    sampler: str | None = Field(
+        None, description="sglang+http://HOST:PORT to roll out on servers; None = in process"
+    )
+    suite: str = "toy"
+    split: str = "train"
+    task_filter: dict[str, str] = Field(
+        default_factory=dict, description="keep tasks whose meta[key] equals value"
+    )
+    mode: TrainMode = "envace"
+    reward: RewardKind = "state"
+    judge_url: str | None = None
+    steps: int = Field(30, ge=1, description="optimizer steps (one per rollout batch)")
+    tasks_per_step: int = Field(4, ge=1)
+    group_size: int = Field(4, ge=1, description="episodes per task (G)")
+    seed: int = 0
+    micro_batch_tokens: int = Field(4096, ge=1, description="padded tokens per micro-batch")
+    bf16: bool = Field(False, description="bf16 autocast for the training forward pass")
+    checkpoint_every: int = Field(10, ge=1, description="save a checkpoint every k steps")
+    keep_checkpoints: int = Field(2, ge=1, description="newest checkpoints kept on disk")
+    root: str | None = Field(
+        None,
+        description="studio data folder (runs go to <root>/runs/<run_id>); "
+        "None = $ENVACE_HOME or ./runs",
+    )
+    run_id: str | None = None
+    rollout: RolloutSettings = RolloutSettings()
+    advantages: AdvantageSettings = AdvantageSettings()
+    loss: LossSettings = LossSettings()
+    optim: OptimSettings = OptimSettings()
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> TrainConfig:
+        if self.reward == "judge" and not self.judge_url:
+            raise ValueError("reward = 'judge' needs judge_url = 'http://HOST:PORT'")
+        if self.model.startswith("sglang+"):
+            raise ValueError(
+                "model must have local weights to train: set model = 'smollm2-135m' (or a "
+                "checkpoint dir) and sampler = 'sglang+http://HOST:PORT' for server rollouts"
+            )
+        if self.group_size == 1:
+            raise ValueError("group_size = 1 gives every row advantage 0: set group_size >= 2")
+        return self
+
+
+class SFTConfig(_Section):
+    """Everything ``envace sft`` needs: reference trajectories of both roles -> TRL SFTTrainer."""
+
+    model: str = "smollm2-135m"
+    suite: str = "toy"
+    split: str = "train"
+    task_filter: dict[str, str] = Field(default_factory=dict)
+    n_tasks: int = Field(200, ge=1, description="tasks whose reference trajectories are used")
+    roles: tuple[Literal["act", "rehearse"], ...] = ("act", "rehearse")
+    max_steps: int = Field(100, ge=1)
+    batch_size: int = Field(8, ge=1)
+    lr: float = Field(1e-4, gt=0)
+    bf16: bool = Field(True, description="bf16 autocast (CPU autocast works with torch 2.13)")
+    seed: int = 0
+    out_dir: str | None = Field(None, description="checkpoint dir; None = <run dir>/model")
+    root: str | None = None  # as TrainConfig.root
+    run_id: str | None = None
+    rollout: RolloutSettings = RolloutSettings()
+
+
+C = TypeVar("C", bound=BaseModel)
+
+
+def data_root(root: str | None) -> Path:
+    """The studio data folder: ``root``, else $ENVACE_HOME, else ./runs (as ``envace runs``)."""
+    return Path(root or os.environ.get("ENVACE_HOME") or "runs")
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``a.b=value`` -> (["a", "b"], parsed value). Values are TOML literals or plain strings."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"override {text!r} must look like key=value (e.g. steps=10)")
+    try:
+        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()
+    return key.strip().split("."), value
+
+
+def merge(data: Mapping[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """A copy of ``data`` with every ``key=value`` override applied (sections created)."""
+    out: dict[str, Any] = {k: dict(v) if isinstance(v, Mapping) else v for k, v in data.items()}
+    for text in overrides:
+        path, value = parse_override(text)
+        node = out
+        for part in path[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"override {text!r}: {part!r} is a value, not a [section]")
+            node = child
+        node[path[-1]] = value
+    return out
+
+
+def build(cls: type[C], data: Mapping[str, Any], overrides: Sequence[str] = ()) -> C:
+    """Validate ``data`` plus overrides as ``cls``; errors become one readable ``ConfigError``."""
+    merged = merge(data, overrides)
+    try:
+        return cls.model_validate(merged)
+    except ValidationError as err:
+        lines = [_explain(cls, e) for e in err.errors()]
+        raise ConfigError(f"invalid {cls.__name__}:\n  " + "\n  ".join(lines)) from None
+
+
+def load(cls: type[C], path: str | Path | None, overrides: Sequence[str] = ()) -> C:
+    """Read a TOML file (optional) and validate it with ``overrides`` as ``cls``."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        file = Path(path)
+        if not file.is_file():
+            raise ConfigError(f"config file {file} does not exist: pass --config FILE.toml")
+        try:
+            data = tomllib.loads(file.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as err:
+            raise ConfigError(f"{file} is not valid TOML: {err}") from None
+    return build(cls, data, overrides)
+
+
+def _explain(cls: type[BaseModel], error: Mapping[str, Any]) -> str:
+    """One line per pydantic error, naming the dotted key and the fix."""
+    loc = [str(p) for p in error.get("loc", ())]
+    key = ".".join(loc) or "(top level)"
+    if error.get("type") == "extra_forbidden":
+        valid = ", ".join(sorted(_fields_at(cls, loc[:-1])))
+        where = f"[{'.'.join(loc[:-1])}]" if len(loc) > 1 else "the top level"
+        return f"unknown key {key!r} in {where}; valid keys: {valid}"
+    got = error.get("input")
+    shown = "" if isinstance(got, Mapping) else f" (got {got!r})"
+    return f"{key}: {error.get('msg', 'invalid value')}{shown}"
+
+
+def _fields_at(cls: type[BaseModel], path: Sequence[str]) -> list[str]:
+    """Field names of the section at ``path`` (``[]`` for the top level)."""
+    model: Any = cls
+    for part in path:
+        field = model.model_fields.get(part)
+        if field is None or not isinstance(field.annotation, type):
+            return []
+        model = field.annotation
+    return list(model.model_fields) if hasattr(model, "model_fields") else []

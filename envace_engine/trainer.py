@@ -1,0 +1,356 @@
+"""Role-wise GRPO training (ENVACE.md §4): rollout -> group -> advantages -> batch -> step -> sink.
+
+Modes (``TrainConfig.mode``):
+
+* ``envace`` — rehearsal rollouts (the policy plays the world); act and rehearse rows trained;
+* ``real-grpo`` — the environment-interaction baseline: real rollouts, act rows trained;
+* ``act-only`` — rehearsal rollouts with the rehearse role frozen (ablation): act rows trained.
+
+One optimizer step per rollout batch, constant lr, grad clip 1.0 by default. Determinism, so
+that ``resume`` continues exactly: the task order is a seeded permutation per epoch plus a
+position; the sampler's seed derives from (seed, step, rank); checkpoints hold weights,
+optimizer, RNG states, step and data position (``checkpoint``). Weight sync: the in-process
+``HFSampler`` shares the model object; an SGLang sampler gets each step's weights through
+``/update_weights_from_disk``. Distributed: ``distributed`` (each rank rolls out its own groups).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from envace_engine import checkpoint, distributed
+from envace_engine.advantages import row_advantages, scorable
+from envace_engine.batching import micro_batches
+from envace_engine.config import TrainConfig
+from envace_engine.environments import get_suite
+from envace_engine.environments.base import Suite
+from envace_engine.logprobs import completion_logprobs
+from envace_engine.loss import LossInputs, RoleMetrics, policy_loss
+from envace_engine.models import load_model, load_tokenizer, resolve
+from envace_engine.rewards import JudgeConfig, RewardFn, make_reward, state_reward
+from envace_engine.rollout import RolloutConfig, rollout
+from envace_engine.samplers import Sampler, make_sampler
+from envace_engine.sink import Sink
+from envace_engine.tokens import training_rows
+from envace_engine.train_metrics import role_advantages, step_metrics
+from envace_engine.types import Episode, Mode, Role, Task, TrainRow
+
+ROLLOUT_MODE = {"envace": Mode.REHEARSAL, "real-grpo": Mode.REAL, "act-only": Mode.REHEARSAL}
+TRAINED = {"envace": (Role.ACT, Role.REHEARSE), "real-grpo": (Role.ACT,), "act-only": (Role.ACT,)}
+
+
+@dataclass
+class Parts:
+    """The live objects of a training job (built once by ``setup``)."""
+
+    config: TrainConfig
+    model: Any  # transformers PreTrainedModel, trained in place
+    ref_model: Any | None  # frozen reference for the KL term (kl_coef > 0)
+    tokenizer: Any
+    optimizer: Any  # torch.optim.AdamW
+    sampler: Sampler
+    suite: Suite
+    tasks: list[Task]
+    reward: RewardFn
+    success: RewardFn  # state replay on the real env: real-env success
+    dist: distributed.Dist
+    reward_is_success: bool = False  # the reward *is* the state replay: don't score twice
+
+
+def train(config: TrainConfig, run_dir: Path, sink: Sink | None, resume: bool = False) -> int:
+    """Build everything for ``config`` and train; return the last completed step."""
+    return run(setup(config), run_dir, sink, resume)
+
+
+def run(parts: Parts, run_dir: Path, sink: Sink | None, resume: bool = False) -> int:
+    """Train (or continue, from the newest checkpoint in ``run_dir``) to ``config.steps``."""
+    config = parts.config
+    state = checkpoint.TrainState(0, 0, config.model_dump(mode="json"))
+    found = checkpoint.latest(run_dir) if resume else None
+    if found is not None:
+        state = checkpoint.restore(found, parts.model, parts.optimizer)
+    for step in range(state.step, config.steps):
+        started = time.perf_counter()
+        tasks, position = next_tasks(parts, state.data_position)
+        episodes, success = score(parts, tasks, roll(parts, tasks, step))
+        rows = [r for e in episodes for r in training_rows(e) if r.role in TRAINED[config.mode]]
+        rows, advantages = scorable(rows, row_advantages(rows, **config.advantages.model_dump()))
+        rolled = time.perf_counter()
+        extra = optimize(parts, rows, advantages)
+        episodes = with_advantages(episodes, rows, advantages)
+        extra.update(timing(episodes, started, rolled))
+        state = checkpoint.TrainState(step + 1, position, state.config)
+        publish(parts, sink, step, episodes, rows, advantages, success, extra)
+        if state.step % config.checkpoint_every == 0 or state.step == config.steps:
+            save(parts, run_dir, state)
+        sync_weights(parts, run_dir, state.step)
+    return state.step
+
+
+def setup(config: TrainConfig) -> Parts:
+    """Load the model, optimizer, sampler, suite, tasks and reward for ``config``."""
+    import torch
+
+    dist = distributed.init()
+    random.seed(config.seed)
+    torch.manual_seed(config.seed)
+    spec = resolve(config.model)
+    model, tokenizer = load_model(spec), load_tokenizer(spec)
+    distributed.broadcast_parameters(model.parameters(), dist)
+    ref_model = load_model(spec).requires_grad_(False) if config.loss.kl_coef > 0 else None
+    o = config.optim
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=o.lr, betas=o.betas, weight_decay=o.weight_decay, eps=o.eps
+    )
+    if config.sampler:  # rollouts on SGLang servers; weights reach them through the disk
+        sampler = make_sampler(resolve(config.sampler))
+    else:  # in process: the sampler holds the same model object, so it is always current
+        batch = config.rollout.sampler_batch_size
+        sampler = make_sampler(spec, model=model, tokenizer=tokenizer, batch_size=batch)
+    suite = get_suite(config.suite)
+    judge = JudgeConfig(url=config.judge_url) if config.judge_url else None
+    return Parts(
+        config,
+        model,
+        ref_model,
+        tokenizer,
+        optimizer,
+        sampler,
+        suite,
+        select_tasks(suite, config),
+        make_reward(config.reward, suite, judge),
+        state_reward(suite),
+        dist,
+        reward_is_success=config.reward == "state",
+    )
+
+
+def select_tasks(suite: Suite, config: TrainConfig) -> list[Task]:
+    """The split's tasks whose ``meta`` matches ``task_filter``; an empty result is an error."""
+    tasks = [
+        t
+        for t in suite.tasks(config.split)
+        if all(str(t.meta.get(k)) == v for k, v in config.task_filter.items())
+    ]
+    if not tasks:
+        raise ValueError(
+            f"no {config.suite}/{config.split} task matches task_filter="
+            f"{config.task_filter}: loosen the filter or choose another split"
+        )
+    return tasks
+
+
+def next_tasks(parts: Parts, position: int) -> tuple[list[Task], int]:
+    """This rank's tasks for one step and the new data position (see ``draw_tasks``)."""
+    cfg, d = parts.config, parts.dist
+    return draw_tasks(parts.tasks, cfg.seed, position, cfg.tasks_per_step, d.rank, d.world_size)
+
+
+def draw_tasks(
+    tasks: Sequence[Task], seed: int, position: int, per_rank: int, rank: int = 0, world: int = 1
+) -> tuple[list[Task], int]:
+    """Tasks ``position .. position + per_rank * world`` of the seeded order, this rank's share.
+
+    The order is a fresh seeded permutation per epoch (pass over the tasks), so the data
+    position alone says what comes next: a resumed run draws exactly what the lost one would.
+    """
+    n, count = len(tasks), per_rank * world
+    drawn = []
+    for p in range(position, position + count):
+        order = list(range(n))
+        random.Random(seed * 1_000_003 + p // n).shuffle(order)
+        drawn.append(tasks[order[p % n]])
+    return drawn[rank::world], position + count
+
+
+def rollout_config(config: TrainConfig, step: int, rank: int) -> RolloutConfig:
+    """The rollout settings of one step; the sampler seed depends on (seed, step, rank) only."""
+    r = config.rollout.model_dump(exclude={"sampler_batch_size"})
+    seed = (config.seed * 1_000_003 + step) * 131 + rank
+    return RolloutConfig(mode=ROLLOUT_MODE[config.mode], seed=seed, **r)
+
+
+def roll(parts: Parts, tasks: list[Task], step: int) -> list[Episode]:
+    """Roll out every task ``group_size`` times with the current policy."""
+    rank = parts.dist.rank
+    cfg = rollout_config(parts.config, step, rank)
+    return rollout(
+        tasks,
+        parts.suite,
+        parts.sampler,
+        parts.tokenizer,
+        cfg,
+        parts.config.group_size,
+        run_id=f"s{step}r{rank}",
+    )
+
+
+def score(
+    parts: Parts, tasks: Sequence[Task], episodes: list[Episode]
+) -> tuple[list[Episode], dict[str, float]]:
+    """Set each episode's reward (None = unscorable); real-env success per episode id."""
+    by_id = {t.id: t for t in tasks}
+    scored, success = [], {}
+    for e in episodes:
+        task = by_id[e.task_id]
+        reward = parts.reward(task, e)
+        success[e.id] = reward if parts.reward_is_success else parts.success(task, e)
+        scored.append(dataclasses.replace(e, reward=reward))
+    return scored, {k: float(v) for k, v in success.items() if v is not None}
+
+
+def optimize(parts: Parts, rows: list[TrainRow], advantages: list[float]) -> dict[str, float]:
+    """Gradient accumulation over micro-batches, all-reduce, clip, one optimizer step."""
+    import torch
+
+    cfg, model, d = parts.config, parts.model, parts.dist
+    if distributed.total(len(rows), d) == 0:  # nothing scorable anywhere: every rank skips
+        return {"optim/skipped": 1.0}
+    parts.optimizer.zero_grad(set_to_none=True)
+    model.train()
+    # Without a KL term a row with advantage 0 has exactly zero gradient: skip its forward pass
+    # (groups without reward variance are common). The divisors stay the totals over all rows,
+    # so the gradient is the same as with every row in the batch.
+    live = [(r, a) for r, a in zip(rows, advantages, strict=True) if a != 0 or cfg.loss.kl_coef]
+    n_rows, n_tokens = len(rows), sum(len(r.completion_ids) for r in rows)
+    pad = parts.tokenizer.pad_token_id or 0
+    roles: dict[str, RoleMetrics] = {}
+    total_loss = 0.0
+    batches = []
+    if live:
+        batches = micro_batches(
+            [r for r, _ in live], [a for _, a in live], pad, cfg.micro_batch_tokens
+        )
+    for batch in batches:
+        out = micro_step(parts, batch, n_rows, n_tokens)
+        out.loss.backward()
+        total_loss += float(out.loss.item())
+        roles = {k: roles.get(k, RoleMetrics()) + v for k, v in out.roles.items()}
+    distributed.average_gradients(model.parameters(), d)
+    clip = cfg.optim.grad_clip if cfg.optim.grad_clip is not None else float("inf")
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    parts.optimizer.step()
+    model.eval()
+    flat = {k: v for r, m in roles.items() for k, v in _role_flat(r, m).items()}
+    return {
+        "loss": total_loss,
+        "grad_norm": float(grad_norm),
+        "optim/skipped": 0.0,
+        "optim/micro_batches": float(len(batches)),
+        "optim/rows_forward": float(len(live)),
+        **flat,
+    }
+
+
+def micro_step(parts: Parts, batch: Any, total_rows: int, total_tokens: int) -> Any:
+    """The loss of one micro-batch (bf16 autocast when configured), normalised by the totals."""
+    import torch
+
+    cfg = parts.config
+    args = (batch.input_ids, batch.attention_mask, batch.completion_mask)
+    temperature = cfg.rollout.temperature  # old log-probs are of the tempered distribution
+    device = parts.model.device.type
+    with torch.autocast(device, dtype=torch.bfloat16, enabled=cfg.bf16):
+        logprobs = completion_logprobs(parts.model, *args, temperature=temperature).float()
+        ref = None
+        if parts.ref_model is not None:
+            with torch.no_grad():
+                ref = completion_logprobs(parts.ref_model, *args, temperature=temperature).float()
+    return policy_loss(
+        LossInputs.from_batch(batch, logprobs, ref),
+        clip_eps_low=cfg.loss.clip_eps_low,
+        clip_eps_high=cfg.loss.clip_eps_high,
+        dual_clip=cfg.loss.dual_clip,
+        kl_coef=cfg.loss.kl_coef,
+        aggregation=cfg.loss.aggregation,
+        total_rows=total_rows,
+        total_tokens=total_tokens,
+    )
+
+
+def _role_flat(role: str, m: RoleMetrics) -> dict[str, float]:
+    return {
+        f"loss/{role}": m.loss,
+        f"clip_frac/{role}": m.clip_frac,
+        f"kl/{role}": m.kl,
+        f"dual_clip_frac/{role}": m.dual_clip_frac,
+        f"tokens/{role}": float(m.tokens),
+    }
+
+
+def with_advantages(
+    episodes: Sequence[Episode], rows: Sequence[TrainRow], advantages: Sequence[float]
+) -> list[Episode]:
+    """Episodes with ``meta["advantages"] = {"act": mean, "rehearse": mean}`` for the studio."""
+    means = role_advantages(rows, advantages)
+    return [
+        dataclasses.replace(e, meta={**e.meta, "advantages": means.get(e.id, {})}) for e in episodes
+    ]
+
+
+def timing(episodes: Sequence[Episode], started: float, rolled: float) -> dict[str, float]:
+    """Step time split and sampled tokens per second of the rollout."""
+    now = time.perf_counter()
+    sampled = sum(int(e.meta.get("sampled_tokens", 0)) for e in episodes)
+    return {
+        "perf/step_s": now - started,
+        "perf/rollout_s": rolled - started,
+        "perf/train_s": now - rolled,
+        "perf/tokens_per_s": sampled / max(rolled - started, 1e-9),
+    }
+
+
+def publish(
+    parts: Parts,
+    sink: Sink | None,
+    step: int,
+    episodes: list[Episode],
+    rows: list[TrainRow],
+    advantages: list[float],
+    success: dict[str, float],
+    extra: dict[str, float],
+) -> None:
+    """Gather every rank's step output on rank 0 and hand it to the sink."""
+    gathered = distributed.gather((episodes, rows, advantages, success), parts.dist)
+    if sink is None or not parts.dist.is_main:
+        return
+    all_eps = [e for g in gathered for e in g[0]]
+    all_rows = [r for g in gathered for r in g[1]]
+    all_adv = [a for g in gathered for a in g[2]]
+    all_success = {k: v for g in gathered for k, v in g[3].items()}
+    sink.episodes(step, all_eps)
+    sink.metrics(step, step_metrics(all_eps, all_rows, all_adv, all_success, extra))
+    sink.progress(step + 1, parts.config.steps, f"step {step + 1}/{parts.config.steps}")
+
+
+def save(parts: Parts, run_dir: Path, state: checkpoint.TrainState) -> None:
+    """Rank 0 writes the checkpoint; the others wait so nobody runs ahead of it."""
+    if parts.dist.is_main:
+        checkpoint.save(
+            run_dir,
+            state,
+            parts.model,
+            parts.tokenizer,
+            parts.optimizer,
+            keep=parts.config.keep_checkpoints,
+        )
+    distributed.barrier(parts.dist)
+
+
+def sync_weights(parts: Parts, run_dir: Path, step: int) -> None:
+    """Push new weights to an out-of-process sampler (SGLang); in-process ones share them."""
+    update: Callable[..., None] | None = getattr(parts.sampler, "update_weights_from_disk", None)
+    if update is None:
+        return
+    path = Path(run_dir) / "weights" / f"step-{step:06d}"
+    if parts.dist.is_main:
+        parts.model.save_pretrained(path, safe_serialization=True)
+        parts.tokenizer.save_pretrained(path)
+        update(path, weight_version=str(step))
+    distributed.barrier(parts.dist)
