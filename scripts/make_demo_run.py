@@ -8,6 +8,10 @@ laptop shows real episodes at once. Nothing in the bundle is written by hand.
 
     python scripts/make_demo_run.py                 # smollm2-135m, 2 steps (several minutes)
     python scripts/make_demo_run.py --quick         # tiny model, 1 step (checks the pipeline)
+    python scripts/make_demo_run.py --from-run runs/runs/toy-envace   # bundle an existing run
+
+The bundled demo is the last form: the 30-step run of ``configs/toy-sft.toml`` followed by
+``configs/toy-envace.toml`` (SFT warm-up, then EnvACE on the toy warehouse world).
 """
 
 from __future__ import annotations
@@ -54,15 +58,34 @@ def config(model: str, steps: int, root: Path, run_id: str) -> dict[str, object]
     }
 
 
+def copy_run_data(run: Path, target: Path) -> None:
+    """Copy a run's manifest, progress and shards (never its checkpoints) to ``target``."""
+    if not (run / "run.json").is_file():
+        raise SystemExit(f"{run} is not a run folder (no run.json): pass a runs/<run_id> folder")
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir(parents=True)
+    for name in DATA:
+        src = run / name
+        if src.is_dir():
+            shutil.copytree(src, target / name)
+        elif src.is_file():
+            shutil.copy2(src, target / name)
+
+
 def main() -> None:
-    """Train, then copy the run's data into the bundle folder."""
+    """Train (or take an existing run), then copy the run's data into the bundle folder."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--run-id", default="demo-envace")
     parser.add_argument("--out", type=Path, default=BUNDLE)
     parser.add_argument("--quick", action="store_true", help="tiny model, one step")
+    parser.add_argument("--from-run", type=Path, help="bundle this existing run instead")
     args = parser.parse_args()
+    if args.from_run is not None:
+        copy_run_data(args.from_run, args.out / args.from_run.name)
+        print(json.dumps({"run_id": args.from_run.name, "bundle": str(args.out)}))
+        return
     model, steps = ("tiny", 1) if args.quick else (args.model, args.steps)
     with tempfile.TemporaryDirectory(prefix="envace-demo-") as tmp:
         root = Path(tmp)
@@ -72,16 +95,8 @@ def main() -> None:
         subprocess.run(
             [sys.executable, "-m", "envace_engine.cli", "train", "--config", str(cfg)], check=True
         )
-        run = root / "runs" / args.run_id
         target = args.out / args.run_id
-        shutil.rmtree(target, ignore_errors=True)
-        target.mkdir(parents=True)
-        for name in DATA:
-            src = run / name
-            if src.is_dir():
-                shutil.copytree(src, target / name)
-            elif src.is_file():
-                shutil.copy2(src, target / name)
+        copy_run_data(root / "runs" / args.run_id, target)
         print(
             json.dumps(
                 {
