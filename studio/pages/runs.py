@@ -109,12 +109,22 @@ def progress_text(ctx: Studio, run_id: str | None) -> str:
     return f"**{run_id}** — {view.label} (elapsed {format_duration(elapsed)})"
 
 
+# Rates in [0, 1] only: counts such as fidelity/pairs would flatten the scale.
+REWARD_CURVES = ("reward/act", "reward/rehearse", "success/real")
+FIDELITY_CURVES = (
+    "fidelity/score",
+    "fidelity/exact",
+    "fidelity/parse_valid",
+    "fidelity/status_agree",
+)
+
+
 def curve_charts(ctx: Studio, run_id: str | None) -> tuple[object, object, object]:
     """Reward per role, fidelity and loss curves of one run."""
     df = ctx.store.curves(run_id) if run_id else pd.DataFrame(columns=["step", "name", "value"])
     return (
-        charts.curves(df, ("reward",), "reward per role", 300),
-        charts.curves(df, ("fidelity",), "fidelity", 300),
+        charts.curves(df, REWARD_CURVES, "reward per role", 300),
+        charts.curves(df, FIDELITY_CURVES, "fidelity", 300),
         charts.curves(df, ("loss",), "loss", 300),
     )
 
@@ -247,13 +257,18 @@ def build(ctx: Studio, user: gr.State) -> None:
             *curve_charts(ctx, run_id),
         )
 
-    def tick(run_id: str | None) -> tuple[object, ...]:
-        # Charts are redrawn only while the run's job is live: no flicker, no wasted queries.
-        charts_now = curve_charts(ctx, run_id) if is_active(ctx, run_id) else (gr.update(),) * 3
-        return (runs_table(ctx), jobs_table(ctx), progress_text(ctx, run_id), *charts_now)
+    drawn = gr.State(None)  # the run whose curves are on screen
+
+    def tick(run_id: str | None, shown: str | None) -> tuple[object, ...]:
+        # Charts are redrawn while the run's job is live, or once for a run not yet drawn (the
+        # dropdown's initial value fires no change event): no flicker, no wasted queries.
+        fresh = is_active(ctx, run_id) or shown != run_id
+        charts_now = curve_charts(ctx, run_id) if fresh else (gr.update(),) * 3
+        tables = (runs_table(ctx), jobs_table(ctx), progress_text(ctx, run_id))
+        return (*tables, *charts_now, run_id)
 
     outputs = [runs, jobs, progress, reward_plot, fidelity_plot, loss_plot]
-    timer.tick(tick, [pick], outputs, show_progress="hidden")
+    timer.tick(tick, [pick, drawn], [*outputs, drawn], show_progress="hidden")
     pick.change(refresh, [pick], outputs, show_progress="hidden")
     stop.click(lambda u, r: cancel(ctx, u, r), [user, pick], [launched])
     again.click(lambda u, r: resume(ctx, u, r), [user, pick], [launched])
