@@ -126,6 +126,7 @@ class _Live:
     rehearsals: list[Rehearsal] = field(default_factory=list)
     answers: list[str] = field(default_factory=list)
     drift: int = 0
+    noncanonical: int = 0  # sampled replies whose ids are not their text's canonical ids
     stop: StopReason | None = None
     detail: str = ""
 
@@ -233,6 +234,8 @@ class _Runner:
         stopped = bool(ids) and ids[-1] == self.chat.eos_id
         text = self.chat.decode(ids[:-1] if stopped else ids)
         live.seq.append(Role.ACT, ids, self.chat.decode(ids), gen.logprobs)
+        if self.config.check_drift and self.chat.canonical(ids) != list(ids):
+            live.noncanonical += 1
         live.sampled += len(ids)
         live.replies += 1
         live.step += 1
@@ -333,7 +336,7 @@ class _Runner:
         live.seq.append(role, self.chat.encode(suffix), suffix)
         live.messages += [live.reply, *new]
         live.reply = None
-        if self.config.check_drift and self.chat.drifted(live.seq.ids, live.messages):
+        if self.config.check_drift and self.chat.drifted(live.seq.segments, live.messages):
             live.drift += 1
         self._check_act_limits(live)
 
@@ -369,7 +372,11 @@ def _episode(live: _Live, mode: Mode) -> Episode:
         stop_detail=live.detail,
         final_answers=tuple(live.answers),
         drift=live.drift,
-        meta={"sampled_tokens": live.sampled, "user_turns_reached": live.turn + 1},
+        meta={
+            "sampled_tokens": live.sampled,
+            "user_turns_reached": live.turn + 1,
+            "noncanonical": live.noncanonical,
+        },
     )
 
 
@@ -426,6 +433,7 @@ def rollout_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     metrics: dict[str, float] = {
         "rollout/episodes": float(len(episodes)),
         "rollout/drift": float(sum(e.drift for e in episodes)),
+        "rollout/noncanonical": float(sum(e.meta.get("noncanonical", 0) for e in episodes)),
         "rollout/sampled_tokens_mean": sum(e.meta.get("sampled_tokens", 0) for e in episodes) / n,
         "rollout/calls_mean": sum(len(e.calls) for e in episodes) / n,
         "rollout/rehearsals": float(sum(len(e.rehearsals) for e in episodes)),

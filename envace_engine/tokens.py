@@ -11,10 +11,14 @@ with ``<|im_end|>`` it is ``"\\n<|im_start|>tool\\n…<|im_end|>\\n<|im_start|>a
 after a reply cut by ``max_new_tokens`` it starts with the end token itself. Special tokens
 split the text before BPE runs, so the suffix's tokens are the same alone as in the full render.
 
-Every new prompt is also compared with a tokenisation of the full re-rendered chat; each
-mismatch counts one ``drift`` (reported as a metric). The sampled ids always win: drift only
-reports that the policy sampled a non-canonical tokenisation, or that the template is not
-prefix-stable. Layout and masks: docs/masking.md.
+Every new prompt is also compared with a tokenisation of the full re-rendered chat, with each
+sampled segment replaced by the canonical tokenisation of its own text; each mismatch counts one
+``drift`` (reported as a metric): the builder's ids are not what the template would give, i.e.
+a segment boundary merged or the template is not prefix-stable. Separately, a sampled reply
+whose ids are not the canonical tokenisation of its text (the policy sampled ``"print",
+"able"`` where the tokenizer would write ``"printable"``) counts as ``noncanonical``: that is
+legitimate sampling, and exactly why sampled ids are never re-tokenised. The sampled ids always
+win. Layout and masks: docs/masking.md.
 """
 
 from __future__ import annotations
@@ -114,9 +118,20 @@ class ChatTokenizer:
             raise ValueError("the chat template is not prefix-stable: cannot extend prompts")
         return closing + after[len(before) :]
 
-    def drifted(self, ids: Sequence[int], messages: Sequence[Message]) -> bool:
-        """True when ``ids`` differ from a tokenisation of the full re-rendered chat."""
-        return list(ids) != self.prompt_ids(messages)
+    def canonical(self, ids: Sequence[int]) -> list[int]:
+        """The tokenizer's own ids for the text that ``ids`` decode to."""
+        return self.encode(self.decode(ids))
+
+    def drifted(self, segments: Sequence[Segment], messages: Sequence[Message]) -> bool:
+        """True when the built prompt differs from a tokenisation of the full re-rendered chat.
+
+        Sampled segments are compared in canonical form, so a non-canonical sample (counted on
+        its own, see ``canonical``) is not mistaken for a builder defect.
+        """
+        built: list[int] = []
+        for seg in segments:
+            built += self.canonical(seg.token_ids) if seg.role.trained else list(seg.token_ids)
+        return built != self.prompt_ids(messages)
 
 
 def prefix_families(prompts: Sequence[Sequence[int]], min_share: float = 0.5) -> list[list[int]]:

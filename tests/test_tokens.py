@@ -118,11 +118,19 @@ def test_suffix_starts_after_the_end_token(tokenizer):
     assert cut == "<|im_end|>\n<|im_start|>user\nnext<|im_end|>\n<|im_start|>assistant\n"
     # prompt + sampled ids + suffix ids equals the full re-render: no drift
     sampled = [*chat.encode("calling"), chat.eos_id]
-    ids = chat.prompt_ids(history) + sampled + chat.encode(stopped)
-    assert not chat.drifted(ids, [*history, reply, *tool])
+    segments = _segments(chat.prompt_ids(history), sampled, chat.encode(stopped))
+    assert not chat.drifted(segments, [*history, reply, *tool])
 
 
-def test_drift_is_detected_for_non_canonical_sampled_ids(tokenizer):
+def _segments(prompt: list[int], sampled: list[int], suffix: list[int]) -> list[Segment]:
+    return [
+        Segment(Role.PROMPT, tuple(prompt), ""),
+        Segment(Role.ACT, tuple(sampled), "", tuple(0.0 for _ in sampled)),
+        Segment(Role.TOOL, tuple(suffix), ""),
+    ]
+
+
+def test_non_canonical_samples_are_not_drift_but_are_detected(tokenizer):
     chat = ChatTokenizer(tokenizer)
     history = [Message("system", "S"), Message("user", "hi")]
     reply = Message("assistant", "hello")
@@ -130,9 +138,25 @@ def test_drift_is_detected_for_non_canonical_sampled_ids(tokenizer):
     # the same text sampled one character per token: decodes identically, tokenises differently
     by_char = [i for ch in "hello" for i in chat.encode(ch)]
     assert chat.decode(by_char) == "hello" and by_char != chat.encode("hello")
-    ids = chat.prompt_ids(history) + by_char + [chat.eos_id]
-    ids += chat.encode(chat.suffix(history, reply, tool, stopped=True))
-    assert chat.drifted(ids, [*history, reply, *tool])
+    assert chat.canonical([*by_char, chat.eos_id]) == [*chat.encode("hello"), chat.eos_id]
+    suffix = chat.encode(chat.suffix(history, reply, tool, stopped=True))
+    segments = _segments(chat.prompt_ids(history), [*by_char, chat.eos_id], suffix)
+    assert not chat.drifted(segments, [*history, reply, *tool])
+
+
+def test_drift_is_detected_when_external_tokens_differ_from_the_render(tokenizer):
+    chat = ChatTokenizer(tokenizer)
+    history = [Message("system", "S"), Message("user", "hi")]
+    reply = Message("assistant", "hello")
+    tool = [Message("tool", "the printable form")]
+    suffix = chat.suffix(history, reply, tool, stopped=True)
+    # a builder that tokenised the tool result in pieces would not match the template's ids
+    before, after = suffix.split("able", 1)
+    pieces = chat.encode(before) + chat.encode("able") + chat.encode(after)
+    assert pieces != chat.encode(suffix)
+    sampled = [*chat.encode("hello"), chat.eos_id]
+    segments = _segments(chat.prompt_ids(history), sampled, pieces)
+    assert chat.drifted(segments, [*history, reply, *tool])
 
 
 def test_sampled_special_tokens_round_trip(tokenizer):
