@@ -146,7 +146,7 @@ class LaunchRequest(BaseModel):
                 "--run-dir",
                 "{run_dir}",
             ]
-        # rollout writes JSON Lines (a quick look, not a stored run): see its job.log
+        # rollout episodes are stored as a run, so the inspector shows them
         return [
             *base,
             "rollout",
@@ -161,8 +161,8 @@ class LaunchRequest(BaseModel):
             str(self.group),
             "--seed",
             str(self.seed),
-            "--out",
-            "{run_dir}/rollout",
+            "--run-dir",
+            "{run_dir}",
         ]
 
     @model_validator(mode="after")

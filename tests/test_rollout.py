@@ -363,3 +363,33 @@ def test_cli_runs_the_tiny_model_and_writes_jsonl(tmp_path):
     records = read_episodes(tmp_path / "episodes.jsonl")
     assert len(records) == 4 and len({r["group_id"] for r in records}) == 2
     assert (tmp_path / "metrics.jsonl").is_file()
+
+
+def test_cli_stores_a_run_the_studio_reads(tmp_path):
+    from typer.testing import CliRunner
+
+    from envace_engine.cli import app
+    from storage.store import Store
+
+    run_dir = tmp_path / "runs" / "rollout-test"
+    args = ["rollout", "--model", "tiny", "--suite", "toy", "--episodes", "4", "--group", "2"]
+    args += ["--run-dir", str(run_dir), "--max-new-tokens", "4", "--show", "0"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    store = Store(tmp_path)
+    try:
+        runs = store.runs()
+        assert list(runs["run_id"]) == ["rollout-test"]
+        assert store.count_episodes(run_id="rollout-test") == 4
+        assert store.run("rollout-test").progress.status == "done"
+    finally:
+        store.close()
+
+
+def test_cli_needs_an_output(tmp_path):
+    from typer.testing import CliRunner
+
+    from envace_engine.cli import app
+
+    result = CliRunner().invoke(app, ["rollout", "--model", "tiny", "--episodes", "2"])
+    assert result.exit_code != 0 and "--out DIR (JSON Lines) or --run-dir DIR" in result.output

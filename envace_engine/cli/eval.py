@@ -70,7 +70,7 @@ def _checkpoints(models: Sequence[str], batch_size: int) -> Iterator[Any]:
         yield Checkpoint(name, make_sampler(spec, tokenizer=tokenizer, **options), tokenizer)
 
 
-def _writer(
+def open_writer(
     root: str | None,
     run_dir: Path | None,
     kind: str,
@@ -78,6 +78,7 @@ def _writer(
     suite: str,
     config: dict[str, Any],
 ) -> Any:
+    """A ``RunWriter`` for ``run_dir`` (the studio's job folder) or a new run under the root."""
     from envace_engine.config import data_root
     from storage.layout import MANIFEST, RunManifest, utc_now
     from storage.schema import SCHEMA_VERSION
@@ -232,7 +233,7 @@ def eval_command(
     opts = _recorded(locals())
     job = _prepare(suite, split, n_tasks, opts)
     (checkpoint,) = _checkpoints(model, batch_size)
-    with _writer(root, run_dir, "eval", model[0], suite, job.record) as writer:
+    with open_writer(root, run_dir, "eval", model[0], suite, job.record) as writer:
         sink = ProgressSink(writer, f"eval {suite}")
         try:
             sink.progress(0, 1, "evaluating")
@@ -293,7 +294,7 @@ def sweep_command(
         raise _fail(err, "--budgets/--rehearsal") from err
     job = _prepare(suite, split, n_tasks, opts)
     record = {**job.record, "budgets": numbers, "modes": rehearsal, "checkpoints": list(model)}
-    with _writer(root, run_dir, "sweep", ",".join(model), suite, record) as writer:
+    with open_writer(root, run_dir, "sweep", ",".join(model), suite, record) as writer:
         sink = ProgressSink(writer, f"sweep {suite}")
         try:
             points = run_sweep(

@@ -8,6 +8,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from collections import Counter
@@ -67,7 +68,12 @@ def rollout_command(
     model: Annotated[
         str, typer.Option(help="policy: smollm2-135m, tiny, a checkpoint dir or sglang+")
     ],
-    out: Annotated[Path, typer.Option(help="output directory (episodes.jsonl, metrics.jsonl)")],
+    out: Annotated[
+        Path | None, typer.Option(help="JSON Lines output folder (episodes.jsonl, metrics.jsonl)")
+    ] = None,
+    run_dir: Annotated[
+        Path | None, typer.Option(help="store as a run the studio shows (Parquet shards) here")
+    ] = None,
     suite: Annotated[str, typer.Option(help="task suite: toy, bfcl-gen or bfcl")] = "toy",
     mode: Annotated[Mode, typer.Option(help="who answers tool calls")] = Mode.REHEARSAL,
     episodes: Annotated[
@@ -89,10 +95,12 @@ def rollout_command(
     grounded: Annotated[bool, typer.Option(help="reference results in the rehearse prompt")] = True,
     show: Annotated[int, typer.Option(min=0, help="transcripts to print")] = 4,
 ) -> None:
-    """Run episodes, print transcripts and a summary, and write them as JSON Lines."""
+    """Run episodes, print transcripts and a summary; write JSON Lines and/or a stored run."""
     from envace_engine.jsonl_sink import JsonlSink
     from envace_engine.rollout import RolloutConfig, rollout, rollout_metrics
 
+    if out is None and run_dir is None:
+        raise typer.BadParameter("say where to write: --out DIR (JSON Lines) or --run-dir DIR")
     if episodes % group:
         raise typer.BadParameter(f"{episodes} is not a multiple of --group {group}")
     if (mode is Mode.SIMULATOR) != (simulator is not None):
@@ -111,25 +119,44 @@ def rollout_command(
         simulator=sim_sampler,
         simulator_tokenizer=sim_tokenizer,
     )
-    sink = JsonlSink(out, on_progress=_print_progress)
-    started = time.perf_counter()
-    result = rollout(
-        tasks,
-        task_suite,
-        policy,
-        tokenizer,
-        config,
-        group,
-        example_pool=pool,
-        progress=lambda done, total: sink.progress(done, total, "episodes ended"),
-    )
-    seconds = time.perf_counter() - started
-    sink.episodes(0, result)
-    sink.metrics(0, rollout_metrics(result))
+    sinks: list[Any] = []
+    if out is not None:
+        sinks.append(JsonlSink(out, on_progress=_print_progress))
+    with contextlib.ExitStack() as stack:
+        if run_dir is not None:
+            from envace_engine.cli.eval import open_writer
+
+            settings = {"mode": str(mode), "episodes": episodes, "group": group, "seed": seed}
+            sinks.append(
+                stack.enter_context(open_writer(None, run_dir, "rollout", model, suite, settings))
+            )
+
+        def progress(done: int, total: int) -> None:
+            for sink in sinks:
+                sink.progress(done, total, "episodes ended")
+
+        started = time.perf_counter()
+        result = rollout(
+            tasks,
+            task_suite,
+            policy,
+            tokenizer,
+            config,
+            group,
+            example_pool=pool,
+            progress=progress,
+        )
+        seconds = time.perf_counter() - started
+        for sink in sinks:
+            sink.episodes(0, result)
+            sink.metrics(0, rollout_metrics(result))
     for episode in result[:show]:
         typer.echo(transcript(episode))
     typer.echo(summary(result, seconds))
-    typer.echo(f"wrote {sink.episodes_path}")
+    if out is not None:
+        typer.echo(f"wrote {out / 'episodes.jsonl'}")
+    if run_dir is not None:
+        typer.echo(f"stored run {run_dir.name} in {run_dir}")
 
 
 def _pick_tasks(
