@@ -108,13 +108,58 @@ class _Models:
 
 
 def answer(models: _Models, request: dict[str, Any]) -> dict[str, Any]:
-    """Rehearse one request (worker side)."""
-    from envace_engine.parsing import parse_rehearsal
-    from envace_engine.samplers.base import SamplingParams
-
+    """Rehearse one request (worker side): stored prompt ids, or a new call on a task."""
+    if request.get("kind") == "call":
+        return answer_call(models, request)
     ids = request.get("prompt_ids")
     if not isinstance(ids, list) or not ids or not all(isinstance(i, int) for i in ids):
         return {"error": "prompt_ids must be a non-empty list of token ids"}
+    return _rehearse(models, request, ids)
+
+
+def answer_call(models: _Models, request: dict[str, Any]) -> dict[str, Any]:
+    """Rehearse a call the user wrote, on a task's initial state, and run it for real too.
+
+    Request: ``{"kind": "call", "model", "suite", "split", "task_id", "call": {"name",
+    "arguments"}, "grounded", ...sampling}``. The rehearse prompt is built by the same function
+    the rollout uses (ENVACE.md §2, no history: the call is the first of the episode); the real
+    response comes from a fresh environment at the task's initial state.
+    """
+    from envace_engine.environments import get_suite
+    from envace_engine.prompts import RehearseContext, assistant_text, rehearse_messages, render
+    from envace_engine.types import ToolCall
+
+    suite = get_suite(str(request.get("suite", "toy")))
+    tasks = {t.id: t for t in suite.tasks(str(request.get("split", "validation")))}
+    task = tasks.get(str(request.get("task_id", "")))
+    if task is None:
+        return {"error": f"no task {request.get('task_id')!r} in that suite and split"}
+    raw = request.get("call") or {}
+    call = ToolCall(str(raw.get("name", "")), dict(raw.get("arguments") or {}))
+    env = suite.make_env(task)
+    ctx = RehearseContext(
+        tools=tuple(env.tools()), task=task, grounded=bool(request.get("grounded", False))
+    )
+    messages = rehearse_messages(ctx, [], assistant_text([call]), call)
+    _, tok, _ = models.sampler(str(request.get("model", "smollm2-135m")))
+    text = render(tok, messages, add_generation_prompt=True)
+    ids = list(tok(text, add_special_tokens=False)["input_ids"])
+    reply = _rehearse(models, request, ids)
+    real = env.execute(call)
+    reply["real"] = (
+        real.value
+        if real.ok
+        else {"error": {"code": real.error.code, "message": real.error.message}}
+    )
+    reply["initial_state"] = task.initial_state
+    reply["prompt_tokens"] = len(ids)
+    return reply
+
+
+def _rehearse(models: _Models, request: dict[str, Any], ids: list[int]) -> dict[str, Any]:
+    from envace_engine.parsing import parse_rehearsal
+    from envace_engine.samplers.base import SamplingParams
+
     sampler, tok, load_s = models.sampler(str(request.get("model", "smollm2-135m")))
     params = SamplingParams(
         max_new_tokens=min(int(request.get("max_new_tokens", 128)), MAX_NEW_TOKENS),

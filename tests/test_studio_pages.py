@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from pathlib import Path
@@ -262,3 +263,42 @@ def test_unparseable_rehearsal_shows_the_raw_output(ctx, tmp_path):
         "real response",
     ]
     assert "<execution_result>" in messages[3]["content"]
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("get_balance(dan)", "the tool call is not JSON"),
+        ('{"arguments": {}}', '{"name": "tool_name", "arguments": {...}}'),
+        ('{"name": "get_balance", "arguments": [1]}', '"arguments" must be a JSON object'),
+    ],
+)
+def test_written_calls_are_validated(text, needle):
+    with pytest.raises(ValueError, match=re.escape(needle)):
+        rehearse.parse_call(text)
+    live, real, _timing = rehearse.rehearse_new_call(
+        rehearse.RehearseClient(), "toy", "validation", "toy/s2-0", text, "tiny", 0.0
+    )
+    assert "Cannot rehearse" in live and needle in live and real == ""
+
+
+def test_task_state_shows_the_initial_state():
+    text = rehearse.task_state("toy", "validation", "toy/s2-0")
+    assert "What is dan's balance?" in text and '"dan": 34' in text and "`get_balance`" in text
+    assert "No task `nope`" in rehearse.task_state("toy", "validation", "nope")
+    assert "split" in rehearse.task_state("toy", "no-such-split", "toy/s2-0")
+
+
+@pytest.mark.slow
+def test_rehearse_a_written_call_beside_the_real_tool():
+    client = rehearse.RehearseClient()
+    call = '{"name": "get_balance", "arguments": {"account": "dan"}}'
+    try:
+        live, real, timing = rehearse.rehearse_new_call(
+            client, "toy", "validation", "toy/s2-0", call, "tiny", 0.0
+        )
+    finally:
+        client.close()
+    assert "raw output" in live
+    assert '"balance": 34' in real  # executed for real on a fresh environment
+    assert "prompt tokens" in timing

@@ -1,6 +1,7 @@
-"""Live rehearse: pick a task state (a stored episode, just before one of its tool calls) and
-the call, have a model rehearse it now, and compare with the real response and the rehearsal
-stored at training time.
+"""Live rehearse: pick a task state and a tool call, have a model rehearse it now, and compare
+with the real response. Two ways in: a stored episode's call (compared also with the rehearsal
+stored at training time), or a call you write on any task's initial state (run for real on a
+fresh environment beside it).
 
 The task state is the exact rehearse prompt the rollout built (its token ids are stored with
 every rehearsal), so the live answer is comparable token for token with the stored one; the
@@ -83,14 +84,7 @@ def live_rehearse(
     except RehearseError as err:
         return f"**Cannot rehearse:** {err}", "", "", ""
     call = view.calls[view.calls["call_index"] == int(call_index)].iloc[0].to_dict()
-    if answer.get("result_error"):
-        parsed = f"error {answer['result_error']}"
-    elif answer.get("error"):
-        parsed = f"unparseable ({answer['error']})"
-    else:
-        parsed = f"```json\n{json.dumps(answer['result'], indent=2)}\n```"
-    raw = f"<details><summary>raw output</summary>\n\n```\n{answer['text']}\n```\n</details>"
-    live = f"{parsed}\n\n{raw}"
+    live = _live_text(answer)
     timing = (
         f"{answer['tokens']} tokens in {answer['seconds']:.2f} s"
         + (f" (model loaded in {answer['load_s']:.1f} s)" if answer["load_s"] else "")
@@ -102,6 +96,83 @@ def live_rehearse(
         response_text(call, "real") or "(no real response recorded)",
         timing,
     )
+
+
+def parse_call(text: str) -> dict[str, Any]:
+    """The user's tool call as ``{"name", "arguments"}``; ValueError says what to fix."""
+    try:
+        call = json.loads(text or "")
+    except json.JSONDecodeError as err:
+        raise ValueError(f"the tool call is not JSON ({err.msg} at char {err.pos})") from err
+    if not isinstance(call, dict) or not isinstance(call.get("name"), str) or not call["name"]:
+        raise ValueError('write the call as {"name": "tool_name", "arguments": {...}}')
+    arguments = call.get("arguments", {})
+    if not isinstance(arguments, dict):
+        raise ValueError('"arguments" must be a JSON object')
+    return {"name": call["name"], "arguments": arguments}
+
+
+def task_state(suite: str, split: str, task_id: str) -> str:
+    """The task's first user turn, tools and initial state, for the user to write a call."""
+    from envace_engine.environments import get_suite
+
+    try:
+        tasks = {t.id: t for t in get_suite(suite).tasks(split)}
+    except ValueError as err:
+        return f"**{err}**"
+    task = tasks.get((task_id or "").strip())
+    if task is None:
+        some = ", ".join(f"`{t}`" for t in list(tasks)[:5])
+        return f"**No task `{task_id}` in {suite}/{split}.** Try one of {some}, …"
+    tools = ", ".join(f"`{t['function']['name']}`" for t in task.tools) or "(see environment)"
+    state = json.dumps(task.initial_state, indent=1)[:3000]
+    return f"**{task.user_turns[0]}**\n\ntools: {tools}\n\n```json\n{state}\n```"
+
+
+def rehearse_new_call(
+    client: RehearseClient,
+    suite: str,
+    split: str,
+    task_id: str,
+    call_text: str,
+    model: str,
+    temperature: float,
+) -> tuple[str, str, str]:
+    """(live answer, real response, timing line) for a call the user wrote."""
+    try:
+        call = parse_call(call_text)
+        answer = client.ask(
+            {
+                "kind": "call",
+                "model": model,
+                "suite": suite,
+                "split": split,
+                "task_id": (task_id or "").strip(),
+                "call": call,
+                "max_new_tokens": 160,
+                "temperature": float(temperature),
+                "seed": 0,
+            }
+        )
+    except (ValueError, RehearseError) as err:
+        return f"**Cannot rehearse:** {err}", "", ""
+    real = f"```json\n{json.dumps(answer['real'], indent=2)}\n```"
+    timing = (
+        f"{answer['tokens']} tokens in {answer['seconds']:.2f} s"
+        f" · {answer['prompt_tokens']} prompt tokens"
+    )
+    return _live_text(answer), real, timing
+
+
+def _live_text(answer: dict[str, Any]) -> str:
+    if answer.get("result_error"):
+        parsed = f"error {answer['result_error']}"
+    elif answer.get("error"):
+        parsed = f"unparseable ({answer['error']})"
+    else:
+        parsed = f"```json\n{json.dumps(answer['result'], indent=2)}\n```"
+    raw = f"<details><summary>raw output</summary>\n\n```\n{answer['text']}\n```\n</details>"
+    return f"{parsed}\n\n{raw}"
 
 
 def build(ctx: Studio) -> None:
@@ -151,4 +222,37 @@ def build(ctx: Studio) -> None:
         lambda e, i, m, t: live_rehearse(ctx, client, e, i, m, t),
         [episode, index, model, temperature],
         [live, stored, real, timing],
+    )
+    _build_new_call(client, model, temperature)
+
+
+def _build_new_call(client: RehearseClient, model: gr.Dropdown, temperature: gr.Slider) -> None:
+    """Second section: write a call on any task's initial state."""
+    gr.Markdown(
+        "### Rehearse a call you write\nPick a task (its initial state is shown), write a tool "
+        "call, and compare the model's rehearsal with the real tool run on a fresh environment."
+    )
+    with gr.Row():
+        suite = gr.Dropdown(["toy", "bfcl-gen", "bfcl"], value="toy", label="suite")
+        split = gr.Textbox("validation", label="split (bfcl: test or a category)")
+        task_id = gr.Textbox("toy/s2-0", label="task id", elem_id="reh-task")
+        show = gr.Button("Show task", elem_id="reh-show")
+    state = gr.Markdown(elem_id="reh-state", container=True)
+    call = gr.Textbox(
+        '{"name": "", "arguments": {}}', label="tool call (JSON)", lines=2, elem_id="reh-call"
+    )
+    go = gr.Button("Rehearse this call", variant="primary", elem_id="reh-go-new")
+    timing = gr.Markdown(elem_id="reh-new-timing")
+    with gr.Row():
+        with gr.Column():
+            gr.Markdown("#### Rehearsed now")
+            live = gr.Markdown(elem_id="reh-new-live", container=True)
+        with gr.Column():
+            gr.Markdown("#### Real response (fresh environment)")
+            real = gr.Markdown(elem_id="reh-new-real", container=True)
+    show.click(task_state, [suite, split, task_id], [state])
+    go.click(
+        lambda *args: rehearse_new_call(client, *args),
+        [suite, split, task_id, call, model, temperature],
+        [live, real, timing],
     )
