@@ -45,4 +45,5 @@ def build(ctx: Studio) -> None:
     """Lay out the home page."""
     with gr.Row():
         gr.Markdown(GUIDE)
-        gr.Markdown(overview(ctx), elem_id="home-overview")
+        # a callable value is re-run on every page load, so new runs show without a restart
+        gr.Markdown(lambda: overview(ctx), elem_id="home-overview")
