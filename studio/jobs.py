@@ -26,29 +26,19 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+# progress.json is the storage layout's file: one model and one reader for job and studio
+from storage.layout import RunProgress as Progress
+from storage.layout import read_progress
+
 ACTIVE = frozenset({"starting", "running"})
 TERMINAL = frozenset({"done", "failed", "cancelled", "lost"})
 JOB_FILE = "job.json"
-PROGRESS_FILE = "progress.json"
 EXIT_FILE = "exit.json"
 LOG_FILE = "job.log"
 
 
 class JobError(RuntimeError):
     """A job could not be launched, cancelled or resumed; the message says why."""
-
-
-@dataclass(frozen=True)
-class Progress:
-    """A job's own progress report (``progress.json``); zeros when it has not written one yet."""
-
-    done: int = 0
-    total: int = 0
-    status: str = ""
-    message: str = ""
-    started_at: float | None = None
-    updated_at: float | None = None
-    eta_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -182,16 +172,6 @@ def _read_json(path: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
-
-
-def read_progress(run_dir: Path) -> Progress:
-    """The job's ``progress.json``; missing or malformed fields fall back to defaults."""
-    data = _read_json(run_dir / PROGRESS_FILE)
-    known = {k: data[k] for k in Progress.__dataclass_fields__ if k in data}
-    try:
-        return Progress(**known)
-    except TypeError:
-        return Progress()
 
 
 def read_record(run_dir: Path) -> JobRecord | None:
