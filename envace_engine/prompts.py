@@ -167,7 +167,7 @@ def act_system(tools: Sequence[dict[str, Any]]) -> str:
     Nothing task-specific goes here (the task's own system text opens its first user message),
     so every task of a world shares the system message and, with ``pick_examples``, the worked
     examples too: a batch's prompts then share a long token prefix that the sampler prefills
-    once (see ``tokens.prefix_families``).
+    once and keeps (``samplers.kv.PrefixCache``).
     """
     return f"{ACT_INSTRUCTIONS}\n\nAvailable tools:\n{tools_text(tools)}"
 

@@ -5,9 +5,9 @@ next reply) or for a **world** generation (the rehearsal or simulation of one pe
 call), or it has ended with a stop reason. At each micro-step all episodes waiting for act go to
 the sampler as one batch, then all episodes waiting for the world as one batch, so a GRPO batch
 of 8 tasks x group 4 keeps the sampler's batch full instead of generating one reply at a time.
-With ``prefix_batches`` a micro-step's batch is split into families of prompts sharing a long
-prefix (same world, same worked examples), one sampler call each, so HFSampler prefills each
-shared prefix once.
+Shared prompt prefixes (a group's first prompt, a world's rehearse instructions, an episode's
+history) are the sampler's business: HFSampler keeps their K/V (``samplers.kv``), SGLang its
+radix cache.
 
 Per reply: each tool call gets its own world generation, in order (later calls see the answers
 to earlier ones), and the results of one reply are appended together after the last call. In
@@ -35,7 +35,7 @@ from envace_engine.prompts import (
     tool_message,
 )
 from envace_engine.samplers.base import Generation, Sampler, SamplingParams
-from envace_engine.tokens import ChatTokenizer, TokenSequence, prefix_families
+from envace_engine.tokens import ChatTokenizer, TokenSequence
 from envace_engine.types import (
     CallRecord,
     Episode,
@@ -73,7 +73,6 @@ class RolloutConfig:
     check_drift: bool = True  # compare every next prompt with a full re-render
     # One sampler call per family of prompts sharing a long prefix (HFSampler prefills a
     # call's common prefix once). Off for SGLang, whose radix cache shares prefixes anyway.
-    prefix_batches: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", Mode(self.mode))
@@ -208,22 +207,14 @@ class _Runner:
     def _generate(
         self, sampler: Sampler, prompts: list[list[int]], cap: int, chat: ChatTokenizer
     ) -> list[Generation]:
-        """One sampler call per prefix family (or one for all), results in prompt order."""
-        families = (
-            prefix_families(prompts) if self.config.prefix_batches else [list(range(len(prompts)))]
-        )
-        gens: list[Generation | None] = [None] * len(prompts)
-        for family in families:
-            cfg = self.config
-            seed = None if cfg.seed is None else cfg.seed * 100_003 + self.calls_made
-            self.calls_made += 1
-            params = cfg.params(cap, chat.eos_id, seed)
-            out = sampler.generate([list(prompts[i]) for i in family], params)
-            if len(out) != len(family):
-                raise RuntimeError(f"sampler returned {len(out)} generations for {len(family)}")
-            for i, gen in zip(family, out, strict=True):
-                gens[i] = gen
-        return [g for g in gens if g is not None]
+        """One sampler call for the whole micro-step batch, results in prompt order."""
+        cfg = self.config
+        seed = None if cfg.seed is None else cfg.seed * 100_003 + self.calls_made
+        self.calls_made += 1
+        out = sampler.generate([list(p) for p in prompts], cfg.params(cap, chat.eos_id, seed))
+        if len(out) != len(prompts):
+            raise RuntimeError(f"sampler returned {len(out)} generations for {len(prompts)}")
+        return out
 
     def on_act(self, live: _Live, gen: Generation) -> None:
         """Append the agent's reply and decide what the episode waits for next."""

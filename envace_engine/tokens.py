@@ -134,36 +134,6 @@ class ChatTokenizer:
         return built != self.prompt_ids(messages)
 
 
-def prefix_families(prompts: Sequence[Sequence[int]], min_share: float = 0.5) -> list[list[int]]:
-    """Split prompts into families sharing a long token prefix; returns index lists.
-
-    Prompts are sorted, then grouped greedily: a prompt joins the current family while its
-    common prefix with the family's first prompt covers at least ``min_share`` of the shorter
-    of the two. A sampler that prefills a batch's common prefix once (``HFSampler``) then does
-    that once per family instead of once per prompt. Every index appears exactly once.
-    """
-    order = sorted(range(len(prompts)), key=lambda i: list(prompts[i]))
-    families: list[list[int]] = []
-    for i in order:
-        if families:
-            head = prompts[families[-1][0]]
-            shared = _common_prefix(head, prompts[i])
-            if shared > 0 and shared >= min_share * min(len(head), len(prompts[i])):
-                families[-1].append(i)
-                continue
-        families.append([i])
-    return families
-
-
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
 def rehearsal_segments(rehearsal: Rehearsal) -> tuple[Segment, ...]:
     """A rehearsal as a two-segment sequence (its prompt, then the sampled completion)."""
     prompt = Segment(role=Role.PROMPT, token_ids=rehearsal.prompt_ids, text="")

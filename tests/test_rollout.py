@@ -57,7 +57,7 @@ def _run(script, tokenizer, tasks=None, group_size=2, **config):
 
 
 def test_rehearsal_mode_records_rehearsed_and_real(tokenizer):
-    episodes, sampler = _run(both(good_agent, world), tokenizer, prefix_batches=False)
+    episodes, sampler = _run(both(good_agent, world), tokenizer)
     assert [e.id for e in episodes] == ["r-0-0", "r-0-1", "r-1-0", "r-1-1"]
     assert [e.group_id for e in episodes] == ["r-0", "r-0", "r-1", "r-1"]
     for episode in episodes:
@@ -90,18 +90,6 @@ def test_rehearsal_mode_records_rehearsed_and_real(tokenizer):
     assert caps == [128, 96, 128, 128, 96, 128]
     metrics = rollout_metrics(episodes)
     assert metrics["rollout/stop/done"] == 1.0 and metrics["rollout/rehearsed_real_pairs"] == 8
-
-
-def test_prefix_batches_split_a_micro_step_by_shared_prefix(tokenizer):
-    episodes, sampler = _run(both(good_agent, world), tokenizer, group_size=3)
-    assert all(e.stop_reason is StopReason.DONE for e in episodes)
-    first = sampler.batches[0]
-    assert sorted(len(b) for b in sampler.batches[: len(sampler.batches) and 2]) in ([3, 3], [6])
-    for batch in sampler.batches:  # every call holds prompts sharing at least half their tokens
-        shortest = min(len(p) for p in batch)
-        shared = next((n for n in range(shortest) if len({p[n] for p in batch}) > 1), shortest)
-        assert shared >= shortest / 2
-    assert len(first) >= 3  # a group's identical first prompts always travel together
 
 
 def test_every_act_prompt_extends_the_previous_one(tokenizer):

@@ -11,7 +11,6 @@ from envace_engine.tokens import (
     MASK_REHEARSE,
     ChatTokenizer,
     TokenSequence,
-    prefix_families,
     rehearsal_segments,
     role_mask,
     training_rows,
@@ -163,18 +162,3 @@ def test_sampled_special_tokens_round_trip(tokenizer):
     chat = ChatTokenizer(tokenizer)
     ids = [*chat.encode("a<|im_start|>b"), chat.eos_id]
     assert chat.decode(ids) == "a<|im_start|>b<|im_end|>"
-
-
-def test_prefix_families_on_small_integers():
-    prompts = [
-        [1, 2, 3, 4, 9],  # 0: shares 4 of 5 with 1
-        [7, 7],  # 3: shares nothing
-        [1, 2, 3, 4, 8],  # 1
-        [1, 2, 5, 6, 7, 8],  # 2: shares 2 of 5 with 0 (< half): own family
-        [1, 2, 3, 4, 9],  # 4: identical to 0
-    ]
-    assert prefix_families(prompts) == [[2, 0, 4], [3], [1]]
-    assert prefix_families(prompts, min_share=0.4) == [[2, 0, 4, 3], [1]]
-    assert prefix_families([]) == []
-    families = prefix_families(prompts, min_share=0.0)  # any shared token joins
-    assert sorted(i for f in families for i in f) == [0, 1, 2, 3, 4]

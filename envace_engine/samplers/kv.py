@@ -1,0 +1,204 @@
+"""KV-cache plumbing for ``HFSampler``: a preallocated cache layer and a cross-call prefix cache.
+
+Why this exists. On a CPU the prefill of a long prompt costs as much compute as hundreds of
+decode rows (every prompt token goes through every weight), and a rollout re-sends each
+episode's whole history at every micro-step: the act prompt of turn k extends the sequence the
+sampler produced at turn k-1, and every rehearse prompt of a world starts with the same system
+message and worked examples. SGLang keeps those KV states in its radix cache; ``PrefixCache``
+does the same for the embedded model, so a micro-step only prefills the tokens that are new.
+
+* ``SlabLayer`` — a transformers cache layer that writes into a preallocated
+  ``[batch, kv_heads, capacity, head_dim]`` slab instead of ``torch.cat``-ing the whole cache at
+  every decode step (``DynamicLayer`` copies O(context) bytes per token per layer).
+* ``PrefixCache`` — an LRU store of the K/V of recently generated sequences, indexed by chained
+  hashes of fixed-size token blocks (vLLM/SGLang style), so finding the longest cached prefix of
+  a prompt costs O(prompt length). Entries are exact: a hit is verified token by token.
+
+Numerics: a cached K/V was computed in some earlier batch (other rows, other padding), so a
+resumed prompt's logits can differ from a fresh prefill in the last bits, as in any batched
+serving engine. The sampled ids and the log-probs returned for them are what the trainer uses.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from transformers.cache_utils import Cache, DynamicLayer
+
+BLOCK = 16  # tokens per hashed block: lookups walk blocks, then extend token by token
+
+
+class SlabLayer(DynamicLayer):
+    """One layer's K/V in a preallocated slab; ``keys``/``values`` are views of the filled part."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, length: int) -> None:
+        super().__init__()
+        self._k, self._v, self.length = keys, values, length
+        self.device = keys.device
+        self.is_initialized = True
+        self._refresh()
+
+    def _refresh(self) -> None:
+        self.keys = self._k[:, :, : self.length]
+        self.values = self._v[:, :, : self.length]
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: object, **kwargs: object
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write the new positions after the filled part (growing the slab if it is full)."""
+        end = self.length + key_states.shape[-2]
+        if end > self._k.shape[-2]:
+            self._grow(end)
+        self._k[:, :, self.length : end] = key_states
+        self._v[:, :, self.length : end] = value_states
+        self.length = end
+        self._refresh()
+        return self.keys, self.values
+
+    def _grow(self, needed: int) -> None:
+        capacity = max(needed, 2 * self._k.shape[-2])
+        for name in ("_k", "_v"):
+            old = getattr(self, name)
+            new = old.new_zeros(*old.shape[:2], capacity, old.shape[-1])
+            new[:, :, : self.length] = old[:, :, : self.length]
+            setattr(self, name, new)
+
+    def get_seq_length(self) -> int:
+        """Filled positions (padding included: the attention mask hides it)."""
+        return self.length
+
+    def get_max_length(self) -> int:
+        """No fixed maximum: the slab grows."""
+        return -1
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        """Keep only the rows in ``indices`` (finished rows leave the batch)."""
+        self._k, self._v = self._k[indices], self._v[indices]
+        self._refresh()
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        """Repeat every row ``repeats`` times."""
+        self._k = self._k.repeat_interleave(repeats, dim=0)
+        self._v = self._v.repeat_interleave(repeats, dim=0)
+        self._refresh()
+
+
+def slab_cache(
+    n_layers: int, batch: int, kv_heads: int, head_dim: int, capacity: int, like: torch.Tensor
+) -> Cache:
+    """An empty cache of ``SlabLayer``s with room for ``capacity`` positions per row."""
+    layers = []
+    for _ in range(n_layers):
+        k = like.new_zeros(batch, kv_heads, capacity, head_dim)
+        layers.append(SlabLayer(k, torch.zeros_like(k), 0))
+    return Cache(layers=layers)
+
+
+def row_kv(cache: Cache, row: int, positions: torch.Tensor) -> torch.Tensor:
+    """K/V of one batch row at ``positions`` (its unpadded tokens): ``[layers, 2, H, L, D]``."""
+    return torch.stack(
+        [
+            torch.stack([layer.keys[row][:, positions], layer.values[row][:, positions]])
+            for layer in cache.layers
+        ]
+    )
+
+
+@dataclass
+class _Entry:
+    """A cached sequence: the tokens whose K/V ``kv`` holds (``[layers, 2, H, len, D]``)."""
+
+    key: int
+    tokens: tuple[int, ...]
+    kv: torch.Tensor
+    hashes: tuple[int, ...]
+
+
+def block_hashes(tokens: Sequence[int]) -> list[int]:
+    """Chained hashes of every full ``BLOCK``: ``h[j]`` identifies ``tokens[: (j + 1) * BLOCK]``."""
+    out, h = [], 0
+    for start in range(0, len(tokens) - BLOCK + 1, BLOCK):
+        h = hash((h, tuple(tokens[start : start + BLOCK])))
+        out.append(h)
+    return out
+
+
+class PrefixCache:
+    """LRU store of K/V by token prefix; ``max_tokens`` bounds what is kept between calls.
+
+    Nothing is evicted during a call (``end_call`` evicts), so the shared prefixes of a batch
+    stay available to all of its chunks; ``max_tokens=0`` therefore means "share prefixes within
+    one call only". Several entries may hold the same leading blocks (every rehearse prompt of a
+    world starts alike): ``holders`` maps each block hash to all of them, so dropping one entry
+    never hides a prefix that another still holds.
+    """
+
+    def __init__(self, max_tokens: int) -> None:
+        if max_tokens < 0:
+            raise ValueError(f"max_tokens={max_tokens}: use 0 (no reuse across calls) or more")
+        self.max_tokens = max_tokens
+        self.entries: OrderedDict[int, _Entry] = OrderedDict()
+        self.holders: dict[int, set[int]] = {}  # block hash -> keys of the entries holding it
+        self.tokens = 0
+        self._next_key = 0
+        self.hits = 0  # prompt tokens served from the cache (for metrics and tests)
+
+    def lookup(self, prompt: Sequence[int]) -> tuple[_Entry | None, int]:
+        """Longest cached prefix of ``prompt``, capped so one prompt token is left to compute."""
+        limit = len(prompt) - 1
+        deepest: set[int] = set()
+        depth = 0
+        for j, h in enumerate(block_hashes(prompt[:limit])):
+            keys = self.holders.get(h)
+            if not keys:
+                break
+            deepest, depth = keys, (j + 1) * BLOCK
+        if not deepest:
+            return None, 0
+        entry = self.entries[max(deepest)]  # the newest; all hold the same first ``depth``
+        if entry.tokens[:depth] != tuple(prompt[:depth]):  # hash collision: treat as a miss
+            return None, 0
+        n, stop = depth, min(limit, len(entry.tokens))
+        while n < stop and entry.tokens[n] == prompt[n]:
+            n += 1
+        return entry, n
+
+    def use(self, entry: _Entry, n: int) -> None:
+        """Record a hit of ``n`` tokens on ``entry`` (most recently used)."""
+        self.entries.move_to_end(entry.key)
+        self.hits += n
+
+    def insert(self, tokens: Sequence[int], kv: torch.Tensor) -> None:
+        """Keep ``kv`` for ``tokens``; an older entry that is a prefix of it is dropped."""
+        tokens = tuple(tokens)
+        if len(tokens) < BLOCK:
+            return
+        older, n = self.lookup((*tokens, -1))
+        if older is not None and n == len(tokens):
+            self.entries.move_to_end(older.key)  # already held in full
+            return
+        if older is not None and n == len(older.tokens):
+            self._drop(older.key)  # superseded: its sequence went on (the next turn)
+        key, self._next_key = self._next_key, self._next_key + 1
+        hashes = tuple(block_hashes(tokens))
+        self.entries[key] = _Entry(key, tokens, kv, hashes)
+        for h in hashes:
+            self.holders.setdefault(h, set()).add(key)
+        self.tokens += len(tokens)
+
+    def end_call(self) -> None:
+        """Evict least recently used entries down to ``max_tokens``."""
+        while self.tokens > self.max_tokens and self.entries:
+            self._drop(next(iter(self.entries)))
+
+    def _drop(self, key: int) -> None:
+        entry = self.entries.pop(key)
+        self.tokens -= len(entry.tokens)
+        for h in entry.hashes:
+            keys = self.holders[h]
+            keys.discard(key)
+            if not keys:
+                del self.holders[h]

@@ -1,0 +1,121 @@
+"""The cross-call prefix cache of HFSampler: lookup/eviction by hand, and reuse end to end."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from envace_engine.samplers.base import SamplingParams
+from envace_engine.samplers.hf import HFSampler
+from envace_engine.samplers.kv import BLOCK, PrefixCache, block_hashes
+
+GREEDY = SamplingParams(max_new_tokens=8, temperature=0.0)
+
+
+def kv(n: int) -> torch.Tensor:
+    """A fake ``[layers, 2, H, n, D]`` K/V whose values name their position (for slicing checks)."""
+    return torch.arange(n, dtype=torch.float32).expand(1, 2, 1, n)[..., None].clone()
+
+
+def test_block_hashes_chain_so_equal_hashes_mean_equal_prefixes():
+    a = list(range(3 * BLOCK + 5))
+    b = a[:BLOCK] + [-1] + a[BLOCK + 1 :]
+    assert len(block_hashes(a)) == 3
+    assert block_hashes(a)[0] == block_hashes(b)[0]
+    assert block_hashes(a)[1:] != block_hashes(b)[1:]  # a change poisons every later block
+
+
+def test_lookup_finds_the_longest_prefix_token_exact_and_leaves_one_token():
+    cache = PrefixCache(max_tokens=1000)
+    seq = list(range(100, 100 + 2 * BLOCK + 7))
+    cache.insert(seq, kv(len(seq)))
+    entry, n = cache.lookup([*seq, 1, 2])
+    assert entry is not None and n == len(seq)  # block walk, then token by token to the end
+    assert cache.lookup(seq)[1] == len(seq) - 1  # the whole prompt cached: one token to compute
+    assert cache.lookup([*seq[: BLOCK + 3], -5, -6])[1] == BLOCK + 3
+    assert cache.lookup([7, *seq]) == (None, 0)
+    assert cache.lookup(seq[: BLOCK - 1]) == (None, 0)  # under one block: never a hit
+
+
+def test_a_continuation_supersedes_its_prefix_and_shared_blocks_survive_drops():
+    cache = PrefixCache(max_tokens=10_000)
+    system = list(range(2 * BLOCK))
+    turn1 = [*system, 1, 2, 3]
+    cache.insert(turn1, kv(len(turn1)))
+    turn2 = [*turn1, *range(500, 500 + BLOCK)]
+    cache.insert(turn2, kv(len(turn2)))
+    assert len(cache.entries) == 1 and cache.tokens == len(turn2)  # turn1 was dropped
+    other = [*system, 9, *range(900, 900 + BLOCK)]
+    cache.insert(other, kv(len(other)))
+    cache._drop(next(iter(cache.entries)))  # drop turn2: the system blocks stay reachable
+    entry, n = cache.lookup([*system, 4, 4])
+    assert entry is not None and entry.tokens == tuple(other) and n == len(system)
+
+
+def test_end_call_evicts_least_recently_used_down_to_the_budget():
+    cache = PrefixCache(max_tokens=3 * BLOCK)
+    seqs = [[k * 1000 + i for i in range(2 * BLOCK)] for k in range(3)]
+    for s in seqs:
+        cache.insert(s, kv(len(s)))
+    entry, n = cache.lookup([*seqs[0], 0])
+    cache.use(entry, n)  # seqs[0] is now the most recently used
+    cache.end_call()
+    assert cache.tokens <= 3 * BLOCK
+    assert cache.lookup([*seqs[0], 0])[1] == 2 * BLOCK
+    assert cache.lookup([*seqs[1], 0]) == (None, 0)
+    with pytest.raises(ValueError, match="max_tokens=-1"):
+        PrefixCache(-1)
+
+
+@pytest.fixture()
+def history(tokenizer) -> list[int]:
+    return tokenizer.encode("You are a tool-using agent. Tools: ls, cd, cat, grep, mkdir. " * 3)
+
+
+def test_next_turn_prefills_only_new_tokens_and_matches_a_cold_sampler(
+    tiny_model, tokenizer, history
+):
+    warm = HFSampler(tiny_model, tokenizer)
+    first = warm.generate([history], GREEDY)[0]
+    turn2 = [*history, *first.token_ids, *tokenizer.encode(" Result: ok. Next?")]
+    before = warm.prefilled
+    again = warm.generate([turn2], GREEDY)[0]
+    new_tokens = len(turn2) - len(history) - len(first.token_ids) + 1  # +1: the last sampled
+    assert warm.prefilled - before == new_tokens
+    cold = HFSampler(tiny_model, tokenizer, prefix_reuse=False).generate([turn2], GREEDY)[0]
+    assert again.token_ids == cold.token_ids
+    assert max(abs(a - b) for a, b in zip(again.logprobs, cold.logprobs, strict=True)) < 1e-4
+
+
+def test_a_batch_mixing_cached_and_fresh_prompts_matches_the_plain_path(
+    tiny_model, tokenizer, history
+):
+    warm = HFSampler(tiny_model, tokenizer, batch_size=3)
+    warm.generate([history, history[:40]], GREEDY)
+    prompts = [
+        [*history, *tokenizer.encode(" then cd")],
+        tokenizer.encode("Unrelated short prompt"),
+        [*history[:40], *tokenizer.encode(" and grep")],
+        [*history, *tokenizer.encode(" then cat the file")],
+    ]
+    got = warm.generate(prompts, GREEDY)
+    plain = HFSampler(tiny_model, tokenizer, prefix_reuse=False).generate(prompts, GREEDY)
+    for a, b in zip(got, plain, strict=True):
+        assert a.token_ids == b.token_ids
+        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)) < 1e-4
+    assert warm.cache.hits > 0
+
+
+def test_changing_weights_in_place_empties_the_cache(tiny_model, tokenizer, history):
+    model = copy.deepcopy(tiny_model)
+    sampler = HFSampler(model, tokenizer)
+    sampler.generate([history], GREEDY)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(1.5)  # what an optimizer step does: an in-place update
+    before = sampler.prefilled
+    stale_free = sampler.generate([[*history, 5, 6]], GREEDY)[0]
+    assert sampler.prefilled - before == len(history) + 2  # nothing reused
+    cold = HFSampler(model, tokenizer, prefix_reuse=False).generate([[*history, 5, 6]], GREEDY)
+    assert stale_free.token_ids == cold[0].token_ids
