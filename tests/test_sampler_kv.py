@@ -21,7 +21,7 @@ def kv(n: int) -> torch.Tensor:
 
 def test_block_hashes_chain_so_equal_hashes_mean_equal_prefixes():
     a = list(range(3 * BLOCK + 5))
-    b = a[:BLOCK] + [-1] + a[BLOCK + 1 :]
+    b = [*a[:BLOCK], -1, *a[BLOCK + 1 :]]
     assert len(block_hashes(a)) == 3
     assert block_hashes(a)[0] == block_hashes(b)[0]
     assert block_hashes(a)[1:] != block_hashes(b)[1:]  # a change poisons every later block
