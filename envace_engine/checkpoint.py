@@ -12,6 +12,10 @@ It is written to a temporary sibling and renamed, so a ``kill -9`` at any moment
 the whole checkpoint or none of it; ``latest`` only ever sees complete ones. Weights are stored
 in fp32 safetensors and the optimizer state with ``torch.save``, so a resumed run continues from
 bit-identical state.
+
+The format does not depend on the distributed strategy: FSDP runs gather full weights and a
+full, plain ``optimizer.state_dict()`` before rank 0 writes, and cut them back into shards on
+restore (``envace_engine.fsdp``), so a checkpoint of either strategy resumes with either.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import os
 import random
 import re
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -98,8 +103,14 @@ def save(
     tokenizer: PreTrainedTokenizerBase,
     optimizer: torch.optim.Optimizer,
     keep: int = 2,
+    optimizer_state: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Write checkpoint ``state.step`` atomically; prune all but the newest ``keep``."""
+    """Write checkpoint ``state.step`` atomically; prune all but the newest ``keep``.
+
+    ``optimizer_state``: a full ``state_dict()`` gathered from sharded training (FSDP,
+    ``fsdp.full_optimizer_state``) to store instead of ``optimizer.state_dict()``, whose
+    tensors would be this rank's shards only. Either way the file has one format.
+    """
     import torch
 
     final = checkpoint_dir(run_dir, state.step)
@@ -108,7 +119,8 @@ def save(
     tmp.mkdir(parents=True)
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
-    trainer = {"optimizer": optimizer.state_dict(), "rng": rng_state()}
+    optim = optimizer_state if optimizer_state is not None else optimizer.state_dict()
+    trainer = {"optimizer": optim, "rng": rng_state()}
     torch.save(trainer, tmp / TRAINER_FILE)
     body = {"step": state.step, "data_position": state.data_position, "config": state.config}
     (tmp / STATE_FILE).write_text(json.dumps(body, indent=1), encoding="utf-8")
@@ -131,8 +143,18 @@ def read_state(path: Path) -> TrainState:
     return TrainState(int(body["step"]), int(body["data_position"]), dict(body["config"]))
 
 
-def restore(path: Path, model: PreTrainedModel, optimizer: torch.optim.Optimizer) -> TrainState:
-    """Load weights, optimizer and RNG states from checkpoint ``path`` into live objects."""
+def restore(
+    path: Path,
+    model: PreTrainedModel,
+    optimizer: torch.optim.Optimizer,
+    sharded: Any | None = None,
+) -> TrainState:
+    """Load weights, optimizer and RNG states from checkpoint ``path`` into live objects.
+
+    ``sharded`` (FSDP, ``fsdp.LogprobModule``): ``model`` is the full copy and ``optimizer``
+    trains the shards; each rank cuts the full weights and optimizer state (saved by any
+    strategy) into its own shards, so a run resumes with either strategy.
+    """
     import torch
     from safetensors.torch import load_file
 
@@ -147,7 +169,13 @@ def restore(path: Path, model: PreTrainedModel, optimizer: torch.optim.Optimizer
             f"unexpected {unexpected[:3]}): resume with the run's own model"
         )
     trainer = torch.load(Path(path) / TRAINER_FILE, weights_only=False)
-    optimizer.load_state_dict(trainer["optimizer"])
+    optim = trainer["optimizer"]
+    if sharded is not None:
+        from envace_engine import fsdp
+
+        fsdp.load_weights(sharded, model)
+        optim = fsdp.shard_optimizer_state(optim, optimizer)
+    optimizer.load_state_dict(optim)
     set_rng_state(trainer["rng"])
     return state
 

@@ -1,11 +1,12 @@
 """One typed config tree for ``envace train`` and ``envace sft``: TOML file + CLI overrides.
 
 The tree is pydantic (it parses outside text). Top-level keys are the run's identity and the
-GRPO batch shape; the sections ``[rollout]``, ``[advantages]``, ``[loss]`` and ``[optim]`` hold
-the knobs of one concept each. Defaults follow EnvACE's run (ENVACE.md §4): one optimizer step
-per rollout batch, constant lr, grad clip 1.0, ratio clip 0.2, dual clip 3, KL off, mean-only
-advantages pooled over rows. Every unknown key, wrong type or out-of-range value is an error
-naming the key, what is wrong and what to set instead (``ConfigError``).
+GRPO batch shape; the sections ``[rollout]``, ``[advantages]``, ``[loss]``, ``[optim]`` and
+``[distributed]`` hold the knobs of one concept each. Defaults follow EnvACE's run (ENVACE.md
+§4): one optimizer step per rollout batch, constant lr, grad clip 1.0, ratio clip 0.2, dual
+clip 3, KL off, mean-only advantages pooled over rows. Every unknown key, wrong type or
+out-of-range value is an error naming the key, what is wrong and what to set instead
+(``ConfigError``).
 
 Overrides use dotted keys, ``rollout.temperature=0.7``; values are parsed as TOML values (so
 ``true``, ``3``, ``"x"`` and ``[0.9, 0.99]`` work) and fall back to a plain string.
@@ -77,12 +78,29 @@ class OptimSettings(_Section):
     grad_clip: float | None = Field(1.0, gt=0, description="max grad norm; None = no clipping")
 
 
+class DistributedSettings(_Section):
+    """How ranks share the model under ``torchrun``/``accelerate launch`` (one process: no effect).
+
+    ``ddp``: every rank holds the whole model and AdamW state; gradients are averaged by one
+    all-reduce per step. ``fsdp``: FSDP2 shards parameters, gradients and AdamW state over the
+    ranks (one unit per decoder layer plus the root), for models whose training state does not
+    fit one device; each rank still keeps one full copy of the weights for sampling and
+    checkpoints (docs/training.md). Both give the same weights, and a run resumes with either.
+    """
+
+    strategy: Literal["ddp", "fsdp"] = Field(
+        "ddp", description="ddp = replicated model; fsdp = FSDP2-sharded training state"
+    )
+
+
 class TrainConfig(_Section):
     """Everything ``envace train`` needs. ``run_id`` names the run under ``<root>/runs/``."""
 
     model: str = Field("smollm2-135m", description="registry name or checkpoint dir to train")
     sampler: str | None = Field(
-        None, description="sglang+http://HOST:PORT to roll out on servers; None = in process"
+        None,
+        description="sglang+http://HOST:PORT[,HOST2:PORT] to roll out on SGLang servers (each "
+        "step's weights are pushed to them); None = sample in process from the trained model",
     )
     suite: str = "toy"
     split: str = "train"
@@ -110,6 +128,7 @@ class TrainConfig(_Section):
     advantages: AdvantageSettings = AdvantageSettings()
     loss: LossSettings = LossSettings()
     optim: OptimSettings = OptimSettings()
+    distributed: DistributedSettings = DistributedSettings()
 
     @model_validator(mode="after")
     def _cross_checks(self) -> TrainConfig:
@@ -120,9 +139,31 @@ class TrainConfig(_Section):
                 "model must have local weights to train: set model = 'smollm2-135m' (or a "
                 "checkpoint dir) and sampler = 'sglang+http://HOST:PORT' for server rollouts"
             )
+        if self.sampler is not None:
+            _check_sampler(self.sampler)
         if self.group_size == 1:
             raise ValueError("group_size = 1 gives every row advantage 0: set group_size >= 2")
         return self
+
+
+def _check_sampler(spec: str) -> None:
+    """``sampler`` must name SGLang servers: only they get each step's weights pushed.
+
+    Any other sampler would hold its own copy of the weights that nothing updates, so the
+    rollouts would come from a stale policy without an error anywhere.
+    """
+    from envace_engine.models import ModelError, resolve
+
+    if not spec.startswith("sglang+"):
+        raise ValueError(
+            f"sampler = {spec!r}: set sampler = 'sglang+http://HOST:PORT[,HOST2:PORT]' to roll "
+            "out on SGLang servers, or leave sampler unset to sample in process from the "
+            "trained model"
+        )
+    try:
+        resolve(spec)  # parses the URLs only; nothing is contacted here
+    except ModelError as err:
+        raise ValueError(f"sampler: {err}") from None
 
 
 class SFTConfig(_Section):

@@ -11,9 +11,13 @@ and the loss calls the backbone directly (``logprobs.completion_logprobs`` bypas
 of ``forward``), which DDP's forward hooks would not see. One bucketed all-reduce after the
 last micro-batch is what DDP does with ``no_sync`` plus a final sync, without either problem.
 
+That is ``[distributed] strategy = "ddp"`` (the default). ``"fsdp"`` shards parameters,
+gradients and optimizer state with FSDP2 instead (``envace_engine.fsdp``); the helpers here
+(``most``, ``device``) serve both.
+
 The process group comes from the launcher's environment (``RANK``, ``WORLD_SIZE``,
-``MASTER_ADDR``, ``MASTER_PORT``): gloo on CPU, NCCL on GPU. A single process needs nothing.
-FSDP for models that do not fit one device is not wired yet (see docs/training.md).
+``MASTER_ADDR``, ``MASTER_PORT``, ``LOCAL_RANK``): gloo on CPU, NCCL on GPU, where each rank
+trains on GPU ``LOCAL_RANK``. A single process needs nothing and trains on the CPU.
 """
 
 from __future__ import annotations
@@ -55,8 +59,24 @@ def init() -> Dist:
 
     if not dist.is_initialized():
         backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if backend == "nccl":  # NCCL collectives run on this rank's own GPU
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group(backend=backend)
     return Dist(rank=dist.get_rank(), world_size=dist.get_world_size())
+
+
+def device(d: Dist) -> torch.device:
+    """Where this rank trains: its GPU when the process group is NCCL, else the CPU.
+
+    NCCL only moves CUDA tensors, so under NCCL the model must live on the GPU; one process
+    (no process group) trains on the CPU, as before distributed training existed.
+    """
+    import torch
+    import torch.distributed as dist
+
+    if d.enabled and dist.is_initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
 
 
 def shutdown(d: Dist) -> None:
@@ -107,9 +127,21 @@ def total(value: float, d: Dist) -> float:
     import torch
     import torch.distributed as dist
 
-    t = torch.tensor([float(value)], dtype=torch.float64)
+    t = torch.tensor([float(value)], dtype=torch.float64, device=device(d))  # NCCL: on GPU
     dist.all_reduce(t, op=dist.ReduceOp.SUM)
     return float(t.item())
+
+
+def most(value: int, d: Dist) -> int:
+    """The largest ``value`` over ranks (e.g. micro-batches this step, so all run as many)."""
+    if not d.enabled:
+        return value
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([int(value)], dtype=torch.int64, device=device(d))
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())
 
 
 def gather(obj: Any, d: Dist) -> list[Any]:

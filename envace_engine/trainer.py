@@ -11,7 +11,9 @@ that ``resume`` continues exactly: the task order is a seeded permutation per ep
 position; the sampler's seed derives from (seed, step, rank); checkpoints hold weights,
 optimizer, RNG states, step and data position (``checkpoint``). Weight sync: the in-process
 ``HFSampler`` shares the model object; an SGLang sampler gets each step's weights through
-``/update_weights_from_disk``. Distributed: ``distributed`` (each rank rolls out its own groups).
+``/update_weights_from_disk``. Distributed: ``distributed`` (each rank rolls out its own groups);
+with ``[distributed] strategy = "fsdp"`` the training state is sharded (``fsdp``) and ``model``
+is a full copy refreshed after every step.
 """
 
 from __future__ import annotations
@@ -19,18 +21,17 @@ from __future__ import annotations
 import dataclasses
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envace_engine import checkpoint, distributed
+from envace_engine import checkpoint, distributed, fsdp
 from envace_engine.advantages import row_advantages, scorable
 from envace_engine.batching import micro_batches
 from envace_engine.config import TrainConfig
 from envace_engine.environments import get_suite
 from envace_engine.environments.base import Suite
-from envace_engine.logprobs import completion_logprobs
 from envace_engine.loss import LossInputs, RoleMetrics, policy_loss
 from envace_engine.models import load_model, load_tokenizer, resolve
 from envace_engine.rewards import JudgeConfig, RewardFn, make_reward, state_reward
@@ -40,6 +41,7 @@ from envace_engine.sink import Sink
 from envace_engine.tokens import training_rows
 from envace_engine.train_metrics import role_advantages, step_metrics
 from envace_engine.types import Episode, Mode, Role, Task, TrainRow
+from envace_engine.weight_sync import server_sampler, sync_weights
 
 ROLLOUT_MODE = {"envace": Mode.REHEARSAL, "real-grpo": Mode.REAL, "act-only": Mode.REHEARSAL}
 TRAINED = {"envace": (Role.ACT, Role.REHEARSE), "real-grpo": (Role.ACT,), "act-only": (Role.ACT,)}
@@ -50,8 +52,8 @@ class Parts:
     """The live objects of a training job (built once by ``setup``)."""
 
     config: TrainConfig
-    model: Any  # transformers PreTrainedModel, trained in place
-    ref_model: Any | None  # frozen reference for the KL term (kl_coef > 0)
+    model: Any  # transformers PreTrainedModel: trained in place, or FSDP's full copy (``sharded``)
+    ref_model: Any | None  # frozen reference for the KL term (kl_coef > 0); sharded under FSDP
     tokenizer: Any
     optimizer: Any  # torch.optim.AdamW
     sampler: Sampler
@@ -61,6 +63,10 @@ class Parts:
     success: RewardFn  # state replay on the real env: real-env success
     dist: distributed.Dist
     reward_is_success: bool = False  # the reward *is* the state replay: don't score twice
+    # FSDP: the sharded model the optimizer trains (``fsdp.LogprobModule``); ``model`` is then a
+    # frozen full copy of it, refreshed after each step, for sampling and checkpoints. None: DDP
+    # or one process, where ``model`` itself is trained.
+    sharded: Any | None = None
 
 
 def train(config: TrainConfig, run_dir: Path, sink: Sink | None, resume: bool = False) -> int:
@@ -74,7 +80,10 @@ def run(parts: Parts, run_dir: Path, sink: Sink | None, resume: bool = False) ->
     state = checkpoint.TrainState(0, 0, config.model_dump(mode="json"))
     found = checkpoint.latest(run_dir) if resume else None
     if found is not None:
-        state = checkpoint.restore(found, parts.model, parts.optimizer)
+        state = checkpoint.restore(found, parts.model, parts.optimizer, sharded=parts.sharded)
+    # Out-of-process samplers start from whatever their servers loaded: push the weights this
+    # run starts from (fresh or restored), so step k always samples from the step-k weights.
+    sync_weights(parts, run_dir, state.step)
     for step in range(state.step, config.steps):
         started = time.perf_counter()
         tasks, position = next_tasks(parts, state.data_position)
@@ -102,14 +111,23 @@ def setup(config: TrainConfig) -> Parts:
     torch.manual_seed(config.seed)
     spec = resolve(config.model)
     model, tokenizer = load_model(spec), load_tokenizer(spec)
-    distributed.broadcast_parameters(model.parameters(), dist)
     ref_model = load_model(spec).requires_grad_(False) if config.loss.kl_coef > 0 else None
+    sharded, device = None, distributed.device(dist)
+    if dist.enabled and config.distributed.strategy == "fsdp":
+        # With SGLang rollouts the full copy is only ever written to disk: keep it off the GPU.
+        full_device = torch.device("cpu") if config.sampler else device
+        model, sharded, ref_model = fsdp.prepare(model, ref_model, dist, full_device)
+    else:
+        model = model.to(device)
+        distributed.broadcast_parameters(model.parameters(), dist)
+        ref_model = ref_model.to(device) if ref_model is not None else None
     o = config.optim
+    trained = sharded if sharded is not None else model
     optimizer = torch.optim.AdamW(
-        model.parameters(), lr=o.lr, betas=o.betas, weight_decay=o.weight_decay, eps=o.eps
+        trained.parameters(), lr=o.lr, betas=o.betas, weight_decay=o.weight_decay, eps=o.eps
     )
     if config.sampler:  # rollouts on SGLang servers; weights reach them through the disk
-        sampler = make_sampler(resolve(config.sampler))
+        sampler = server_sampler(config.sampler)
     else:  # in process: the sampler holds the same model object, so it is always current
         batch = config.rollout.sampler_batch_size
         sampler = make_sampler(spec, model=model, tokenizer=tokenizer, batch_size=batch)
@@ -128,6 +146,7 @@ def setup(config: TrainConfig) -> Parts:
         state_reward(suite),
         dist,
         reward_is_success=config.reward == "state",
+        sharded=sharded,
     )
 
 
@@ -206,14 +225,20 @@ def score(
 
 
 def optimize(parts: Parts, rows: list[TrainRow], advantages: list[float]) -> dict[str, float]:
-    """Gradient accumulation over micro-batches, all-reduce, clip, one optimizer step."""
+    """Gradient accumulation over micro-batches, all-reduce, clip, one optimizer step.
+
+    Under FSDP each backward reduce-scatters (averages) the gradients into the shards, ranks
+    with fewer micro-batches run zero-weight padding ones (``fsdp`` trap b), and the full copy
+    the sampler and checkpoints read is refreshed after the step.
+    """
     import torch
 
     cfg, model, d = parts.config, parts.model, parts.dist
     if distributed.total(len(rows), d) == 0:  # nothing scorable anywhere: every rank skips
         return {"optim/skipped": 1.0}
+    trained = _trained(parts)
     parts.optimizer.zero_grad(set_to_none=True)
-    model.train()
+    trained.train()
     # Without a KL term a row with advantage 0 has exactly zero gradient: skip its forward pass
     # (groups without reward variance are common). The divisors stay the totals over all rows,
     # so the gradient is the same as with every row in the batch.
@@ -227,25 +252,54 @@ def optimize(parts: Parts, rows: list[TrainRow], advantages: list[float]) -> dic
         batches = micro_batches(
             [r for r, _ in live], [a for _, a in live], pad, cfg.micro_batch_tokens
         )
+    padding = _padding_count(parts, len(batches))  # agreed before any FSDP collective runs
     for batch in batches:
         out = micro_step(parts, batch, n_rows, n_tokens)
         out.loss.backward()
         total_loss += float(out.loss.item())
         roles = {k: roles.get(k, RoleMetrics()) + v for k, v in out.roles.items()}
-    distributed.average_gradients(model.parameters(), d)
+    for _ in range(padding):
+        fsdp.padding_step(parts.sharded, parts.ref_model, pad, _device(trained))
+    if parts.sharded is None:  # FSDP already averaged them, in each backward's reduce-scatter
+        distributed.average_gradients(model.parameters(), d)
     clip = cfg.optim.grad_clip if cfg.optim.grad_clip is not None else float("inf")
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    # On sharded (DTensor) gradients the norm is the global one, returned as a DTensor.
+    grad_norm = fsdp.norm_value(torch.nn.utils.clip_grad_norm_(trained.parameters(), clip))
     parts.optimizer.step()
-    model.eval()
+    trained.eval()
+    if parts.sharded is not None:  # the sampler, checkpoints and weight push read the full copy
+        fsdp.gather_weights(parts.sharded, model)
     flat = {k: v for r, m in roles.items() for k, v in _role_flat(r, m).items()}
     return {
         "loss": total_loss,
-        "grad_norm": float(grad_norm),
+        "grad_norm": grad_norm,
         "optim/skipped": 0.0,
         "optim/micro_batches": float(len(batches)),
+        "optim/padding_micro_batches": float(padding),
         "optim/rows_forward": float(len(live)),
         **flat,
     }
+
+
+def _trained(parts: Parts) -> Any:
+    """The module the optimizer updates: FSDP's sharded root, else the model itself."""
+    return parts.sharded if parts.sharded is not None else parts.model
+
+
+def _device(module: Any) -> Any:
+    """The device a module computes on (a sharded parameter reports its local shard's)."""
+    return next(module.parameters()).device
+
+
+def _padding_count(parts: Parts, count: int) -> int:
+    """Zero-weight micro-batches this rank adds so every FSDP rank runs as many (trap b).
+
+    At least one in all: with no live row on any rank, the step still applies zero gradients
+    to every parameter, as DDP's all-reduce does (AdamW then moves by its momentum only).
+    """
+    if parts.sharded is None:
+        return 0
+    return max(distributed.most(count, parts.dist), 1) - count
 
 
 def micro_step(parts: Parts, batch: Any, total_rows: int, total_tokens: int) -> Any:
@@ -253,15 +307,20 @@ def micro_step(parts: Parts, batch: Any, total_rows: int, total_tokens: int) -> 
     import torch
 
     cfg = parts.config
+    trained = _trained(parts)
+    device = _device(trained)
+    batch = dataclasses.replace(  # on the model's device (a GPU under NCCL); no-op on the CPU
+        batch, **{f.name: getattr(batch, f.name).to(device) for f in dataclasses.fields(batch)}
+    )
     args = (batch.input_ids, batch.attention_mask, batch.completion_mask)
     temperature = cfg.rollout.temperature  # old log-probs are of the tempered distribution
-    device = parts.model.device.type
-    with torch.autocast(device, dtype=torch.bfloat16, enabled=cfg.bf16):
-        logprobs = completion_logprobs(parts.model, *args, temperature=temperature).float()
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16):
+        # fsdp.score calls a sharded model through its FSDP root, so the hooks fire (trap a).
+        logprobs = fsdp.score(trained, *args, temperature=temperature).float()
         ref = None
         if parts.ref_model is not None:
             with torch.no_grad():
-                ref = completion_logprobs(parts.ref_model, *args, temperature=temperature).float()
+                ref = fsdp.score(parts.ref_model, *args, temperature=temperature).float()
     return policy_loss(
         LossInputs.from_batch(batch, logprobs, ref),
         clip_eps_low=cfg.loss.clip_eps_low,
@@ -330,7 +389,14 @@ def publish(
 
 
 def save(parts: Parts, run_dir: Path, state: checkpoint.TrainState) -> None:
-    """Rank 0 writes the checkpoint; the others wait so nobody runs ahead of it."""
+    """Rank 0 writes the checkpoint; the others wait so nobody runs ahead of it.
+
+    Under FSDP every rank first joins in gathering the sharded optimizer state (a collective)
+    into a plain full ``state_dict()``, so the checkpoint has the same format as a DDP one.
+    """
+    gathered = None
+    if parts.sharded is not None:
+        gathered = fsdp.full_optimizer_state(parts.optimizer, keep=parts.dist.is_main)
     if parts.dist.is_main:
         checkpoint.save(
             run_dir,
@@ -339,18 +405,6 @@ def save(parts: Parts, run_dir: Path, state: checkpoint.TrainState) -> None:
             parts.tokenizer,
             parts.optimizer,
             keep=parts.config.keep_checkpoints,
+            optimizer_state=gathered,
         )
-    distributed.barrier(parts.dist)
-
-
-def sync_weights(parts: Parts, run_dir: Path, step: int) -> None:
-    """Push new weights to an out-of-process sampler (SGLang); in-process ones share them."""
-    update: Callable[..., None] | None = getattr(parts.sampler, "update_weights_from_disk", None)
-    if update is None:
-        return
-    path = Path(run_dir) / "weights" / f"step-{step:06d}"
-    if parts.dist.is_main:
-        parts.model.save_pretrained(path, safe_serialization=True)
-        parts.tokenizer.save_pretrained(path)
-        update(path, weight_version=str(step))
     distributed.barrier(parts.dist)

@@ -11,7 +11,12 @@ checkpoint in place.
 
 Fault injection (``server.faults``), each counting down per ``/generate`` request: ``status_503``
 (answer 503 queue-full), ``delay`` (sleep ``delay_s`` first, abortable), ``malformed`` (a 200
-with a broken JSON body) and ``abort`` (finish with ``abort`` after half the tokens).
+with a broken JSON body) and ``abort`` (finish with ``abort`` after half the tokens); and per
+``/update_weights_from_disk`` request: ``hide_weights`` (fail as if ``model_path`` did not exist
+on the server, as when the trainer writes to a disk the server does not share).
+
+``server.weight_versions`` records the weight version that answered each ``/generate`` request,
+so a test can check which weights produced which rollout.
 """
 
 from __future__ import annotations
@@ -59,6 +64,7 @@ class Faults:
     delay_s: float = 0.0
     malformed: int = 0
     abort: int = 0
+    hide_weights: int = 0  # per /update_weights_from_disk request
     unhealthy: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -84,6 +90,7 @@ class LoopbackSGLang:
         self.weight_version = "default"
         self.requests: list[dict[str, Any]] = []  # every /generate body received
         self.aborts: list[str] = []  # every rid passed to /abort_request
+        self.weight_versions: list[str] = []  # the version that answered each /generate
         self._inflight: dict[str, bool] = {}  # rid -> aborted?
         self._seen: list[
             tuple[int, ...]
@@ -189,7 +196,8 @@ class LoopbackSGLang:
     ) -> list[Generation]:
         """Generate with HFSampler, one call per distinct sampling setting (like one scheduler)."""
         out: dict[int, Generation] = {}
-        with self._lock:
+        with self._lock:  # a weight load takes this lock too: the version holds for the request
+            self.weight_versions.append(self.weight_version)
             by_params: dict[SamplingParams, list[int]] = {}
             for i, p in enumerate(params):
                 by_params.setdefault(p, []).append(i)
@@ -264,7 +272,7 @@ class LoopbackSGLang:
     def update_weights(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """Load the checkpoint at ``model_path`` into the served model, in place."""
         path = Path(str(body.get("model_path", "")))
-        if not (path / "config.json").is_file():
+        if self.faults.take("hide_weights") or not (path / "config.json").is_file():
             message = (
                 f"Failed to load weights: {path} is not a checkpoint directory (no config.json)"
             )

@@ -1,0 +1,119 @@
+"""Weight sync to SGLang servers: write each step's weights, ``/update_weights_from_disk``, prune.
+
+The in-process ``HFSampler`` shares the trained model object and needs none of this. An SGLang
+sampler runs in other processes (other machines), so after every optimizer step rank 0 writes a
+full Hugging Face checkpoint under ``<run>/weights/step-N`` and asks every server to load it as
+weight version ``N`` (PROTOCOLS.md Part 1); docs/training.md has the operational details.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from envace_engine import distributed
+from envace_engine.models import resolve
+from envace_engine.samplers import Sampler, make_sampler
+
+
+def sync_weights(parts: Any, run_dir: Path, step: int) -> None:
+    """Push the weights after ``step`` optimizer steps to an out-of-process sampler (SGLang).
+
+    In-process samplers share the model object and need nothing. Rank 0 writes a full copy to
+    ``<run>/weights/step-N``, asks every server to load it as weight version ``N``, and only
+    then deletes older copies: until the servers confirm, the last pushed copy is the only one
+    on disk of what they serve (checkpoints are sparser and pruned). Rank 0 shares the outcome,
+    so a failed push stops every rank with the same error instead of leaving some at a barrier.
+    """
+    update: Callable[..., None] | None = getattr(parts.sampler, "update_weights_from_disk", None)
+    if update is None:
+        return
+    error = None
+    if parts.dist.is_main:
+        error = _push_weights(parts, update, Path(run_dir), step)
+    error = distributed.share(error, parts.dist)
+    if error is not None:
+        raise WeightSyncError(error)
+
+
+WEIGHTS = "weights"  # <run>/weights/step-000012: the copy the SGLang servers loaded last
+
+
+class WeightSyncError(RuntimeError):
+    """The SGLang servers did not take a step's weights; the message names server and path."""
+
+
+def server_sampler(spec: str) -> Sampler:
+    """The SGLang sampler of ``spec`` (``sglang+http://...``), once every server is healthy.
+
+    Checked before the first step: a wrong URL or a server still loading would otherwise turn
+    the first rollout into error generations (stored, but nothing to train on) and surface
+    only at the first weight push. The spec's ``?tokenizer=`` is not used: prompts are rendered
+    with the trained model's tokenizer, the one in every checkpoint pushed to the servers.
+    """
+    from envace_engine.samplers.sglang import SamplerError, SGLangSampler
+
+    sampler = make_sampler(resolve(spec))
+    assert isinstance(sampler, SGLangSampler)  # resolve() gives an sglang spec for sglang+...
+    down = [url for url, ok in sampler.health().items() if not ok]
+    if down:
+        sampler.close()
+        raise SamplerError(
+            f"sampler {spec!r}: no healthy SGLang server at {', '.join(down)} (GET /health). "
+            "Start them on the checkpoint you train (python -m sglang.launch_server "
+            "--model-path DIR --port PORT), wait until /health answers 200, or fix `sampler`"
+        )
+    return sampler
+
+
+def _push_weights(parts: Any, update: Callable[..., None], run_dir: Path, step: int) -> str | None:
+    """Write, push, then prune older copies (rank 0); the error message if anything failed."""
+    from envace_engine.samplers.sglang import SamplerError
+
+    root = run_dir / WEIGHTS
+    try:
+        path = _write_weights(parts, root, step)
+    except OSError as exc:
+        return f"step {step}: could not write the weights for SGLang under {root}: {exc!r}"
+    try:
+        update(path, weight_version=str(step))
+    except SamplerError as exc:
+        return (
+            f"step {step}: the SGLang servers did not load the new weights, so training "
+            f"stopped (further rollouts would come from stale weights). {exc}. The path must "
+            "be readable by every server at the same location (a shared filesystem); fix the "
+            f"server and resume the run ({run_dir}) from its newest checkpoint"
+        )
+    _prune_weights(root, keep=path.name)
+    return None
+
+
+def _write_weights(parts: Any, root: Path, step: int) -> Path:
+    """``root/step-N`` as a Hugging Face checkpoint, written to a temporary and renamed.
+
+    The rename means a server is never pointed at, and a crash never leaves, half a copy
+    under the final name.
+    """
+    final = root / f"step-{step:06d}"
+    tmp = root / f".{final.name}.tmp{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    parts.model.save_pretrained(tmp, safe_serialization=True)
+    parts.tokenizer.save_pretrained(tmp)
+    if final.exists():  # the same step pushed again (a resumed run): replace it whole
+        shutil.rmtree(final)
+    tmp.rename(final)
+    return final
+
+
+def _prune_weights(root: Path, keep: str) -> None:
+    """Delete every pushed copy (and leftover temporary) under ``root`` except ``keep``.
+
+    Without this a run keeps one full copy per step (30 steps of a 135M model: 16 GB).
+    """
+    for entry in root.iterdir():
+        ours = entry.name.startswith(("step-", ".step-"))
+        if ours and entry.name != keep and entry.is_dir():
+            shutil.rmtree(entry, ignore_errors=True)  # a leftover is retried at the next push
