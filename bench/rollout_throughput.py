@@ -4,13 +4,15 @@ Workload (GRPO-shaped): smollm2-135m, toy suite, rehearsal mode, 8 tasks x group
 episodes), multi-turn, worked examples on (the embedded default). ``--quick``: 2 tasks x group
 2, one reply per user turn, shorter generations.
 
-* engine: ``rollout()`` with ``HFSampler`` — every micro-step sends all episodes waiting for
-  act, then all waiting for the world, as one batch. A recording wrapper keeps each
-  generation's prompt and length.
+* engine: ``rollout()`` with ``HFSampler`` — continuous batching (an episode's next act or
+  rehearse request joins the running decode batch as soon as its last one finishes) and the
+  prefix K/V cache (each request prefills only tokens no earlier request computed). A
+  recording wrapper keeps each generation's prompt and length.
 * naive: the same prompts replayed one at a time with ``model.generate`` (batch 1), each
   forced to produce exactly as many tokens as the engine's generation did (min = max new
-  tokens), so both do the same work. Only ``--naive-sample`` generations (chosen at random) are
-  replayed: the naive rate is a per-token rate, and replaying all would take most of the run.
+  tokens), so both do the same work. The full run replays every generation (a few minutes:
+  a sample of a dozen gave naive rates from 5 to 11 tok/s between runs, since prompt and
+  generation lengths vary widely); ``--quick`` and ``--naive-sample N`` replay N at random.
 
 Rates are medians over ``--repeats`` engine runs (one naive pass per repeat). Prints one JSON
 object as the last line: engine and naive tokens/s, ``ratio`` = engine / naive tokens/s.
@@ -19,15 +21,17 @@ object as the last line: engine and naive tokens/s, ``ratio`` = engine / naive t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
 import statistics
 import time
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from envace_engine.samplers.base import Generation, Sampler, SamplingParams
+from envace_engine.samplers.base import Generation, SamplingParams
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -37,9 +41,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 class RecordingSampler:
     """Wraps a sampler; keeps (prompt, params, generated length) of every generation."""
 
-    inner: Sampler
+    inner: Any
     calls: list[tuple[list[int], SamplingParams, int]] = field(default_factory=list)
-    batches: int = 0
+    batches: int = 0  # generate() calls, or decode steps of a session
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
         """Delegate, then record each prompt and how many tokens it got."""
@@ -49,6 +53,42 @@ class RecordingSampler:
             (list(p), params, len(g.token_ids)) for p, g in zip(prompts, gens, strict=True)
         ]
         return gens
+
+    @contextlib.contextmanager
+    def session(self, params: SamplingParams) -> Iterator[RecordingSession]:
+        """The inner sampler's continuous-batching session, recorded."""
+        with self.inner.session(params) as inner:
+            yield RecordingSession(inner, params, self)
+
+
+@dataclass
+class RecordingSession:
+    """Records what a ``DecodeSession`` generates, per request."""
+
+    inner: Any
+    params: SamplingParams
+    recorder: RecordingSampler
+    asked: dict[Any, tuple[list[int], int]] = field(default_factory=dict)
+
+    @property
+    def busy(self) -> bool:
+        """Whether the inner session has work."""
+        return self.inner.busy
+
+    def submit(self, key: Any, prompt: list[int], cap: int, stops: frozenset[int]) -> None:
+        """Delegate; remember the request."""
+        self.asked[key] = (list(prompt), cap)
+        self.inner.submit(key, prompt, cap, stops)
+
+    def step(self) -> list[tuple[Any, Generation]]:
+        """One decode step; record the generations it finished."""
+        self.recorder.batches += 1
+        done = self.inner.step()
+        for key, gen in done:
+            prompt, cap = self.asked.pop(key)
+            params = replace(self.params, max_new_tokens=cap)
+            self.recorder.calls.append((prompt, params, len(gen.token_ids)))
+        return done
 
 
 def run_engine(
@@ -79,7 +119,7 @@ def run_engine(
     stats = {
         "episodes": len(episodes),
         "generations": len(recorder.calls),
-        "sampler_batches": recorder.batches,
+        "sampler_steps": recorder.batches,
         "drift": metrics["rollout/drift"],
         "stop_reasons": {
             k.removeprefix("rollout/stop/"): v
@@ -125,12 +165,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1, help="engine+naive runs (median)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
-    parser.add_argument("--batch-size", type=int, default=32, help="HFSampler chunk size")
+    parser.add_argument("--batch-size", type=int, default=32, help="HFSampler decode slots")
+    parser.add_argument(
+        "--naive-sample", type=int, default=0, help="generations replayed (default: all; 3 quick)"
+    )
     args = parser.parse_args()
     args.tasks, args.group = (2, 2) if args.quick else (8, 4)
     args.max_turns = 1 if args.quick else 3
     args.max_new_tokens = 24 if args.quick else 64
-    args.naive_sample = 3 if args.quick else 12
+    args.naive_sample = args.naive_sample or (3 if args.quick else 10_000)
 
     import torch
 

@@ -71,8 +71,6 @@ class RolloutConfig:
     simulator_tokenizer: Any = None  # its tokenizer when it differs from the policy's
     shadow_real: bool = True  # rehearsal/simulator mode: record real answers beside them
     check_drift: bool = True  # compare every next prompt with a full re-render
-    # One sampler call per family of prompts sharing a long prefix (HFSampler prefills a
-    # call's common prefix once). Off for SGLang, whose radix cache shares prefixes anyway.
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", Mode(self.mode))
@@ -182,7 +180,57 @@ class _Runner:
         return live
 
     def run(self, lives: list[_Live], progress: Callable[[int, int], None] | None) -> None:
-        """Micro-steps until every episode has ended; ``progress(ended, total)`` before each."""
+        """Generate until every episode has ended; ``progress(ended, total)`` as they end.
+
+        A sampler with continuous batching (``session``, e.g. HFSampler) that also plays the
+        world gets each episode's next request as soon as its last one finished; otherwise
+        (SGLang, a separate simulator) episodes advance in micro-steps.
+        """
+        session = getattr(self.sampler, "session", None)
+        if session is not None and self.world_sampler is self.sampler:
+            self._run_continuous(lives, progress, session)
+        else:
+            self._run_micro_steps(lives, progress)
+
+    def _run_continuous(
+        self,
+        lives: list[_Live],
+        progress: Callable[[int, int], None] | None,
+        session_of: Callable[[SamplingParams], Any],
+    ) -> None:
+        """One decode session; a finished generation moves its episode on and resubmits it."""
+        cfg = self.config
+        seed = None if cfg.seed is None else cfg.seed * 100_003 + self.calls_made
+        self.calls_made += 1
+        ended = -1
+        with session_of(cfg.params(cfg.max_new_tokens_act, self.chat.eos_id, seed)) as session:
+            for i, live in enumerate(lives):
+                self._submit(session, i, live)
+            while session.busy:
+                now = sum(e.stop is not None for e in lives)
+                if progress is not None and now != ended:
+                    progress(now, len(lives))
+                    ended = now
+                for (i, kind), gen in session.step():
+                    (self.on_act if kind == "act" else self.on_world)(lives[i], gen)
+                    self._submit(session, i, lives[i])
+        if progress is not None:
+            progress(sum(e.stop is not None for e in lives), len(lives))
+
+    def _submit(self, session: Any, i: int, live: _Live) -> None:
+        """Queue episode ``i``'s next generation, if it waits for one."""
+        cfg = self.config
+        if live.waiting_world:
+            stops = frozenset({self.world_chat.eos_id})
+            session.submit((i, "world"), live.world_prompt, cfg.max_new_tokens_rehearse, stops)
+        elif live.waiting_act:
+            stops = frozenset({self.chat.eos_id})
+            session.submit((i, "act"), list(live.seq.ids), cfg.max_new_tokens_act, stops)
+
+    def _run_micro_steps(
+        self, lives: list[_Live], progress: Callable[[int, int], None] | None
+    ) -> None:
+        """All episodes waiting for act as one batch, then all waiting for the world."""
         while True:
             if progress is not None:
                 progress(sum(e.stop is not None for e in lives), len(lives))
@@ -387,7 +435,7 @@ def rollout(
 
     ``example_pool`` is where worked examples come from (default: the suite's train split;
     a task never gets itself as an example). ``run_id`` prefixes episode and group ids.
-    ``progress(ended, total)`` is called before every micro-step and once at the end.
+    ``progress(ended, total)`` is called when the count of ended episodes changes and at the end.
     """
     if group_size < 1:
         raise ValueError(f"group_size={group_size}: use 1 or more episodes per task")

@@ -119,3 +119,30 @@ def test_changing_weights_in_place_empties_the_cache(tiny_model, tokenizer, hist
     assert sampler.prefilled - before == len(history) + 2  # nothing reused
     cold = HFSampler(model, tokenizer, prefix_reuse=False).generate([[*history, 5, 6]], GREEDY)
     assert stale_free.token_ids == cold[0].token_ids
+
+
+def test_requests_joining_a_running_batch_decode_as_if_alone(tiny_model, tokenizer, history):
+    sampler = HFSampler(tiny_model, tokenizer, batch_size=2)
+    short = tokenizer.encode("Hi there")
+    long = [*history, *tokenizer.encode(" and then some more words")]  # wider than the slab
+    stops = sampler.stop_ids
+    got = {}
+    with sampler.session(GREEDY) as session:
+        session.submit("short", short, 8, stops)
+        session.submit("none", short, 0, stops)  # a zero cap finishes at once, empty
+        for _ in range(3):
+            got.update(session.step())
+        session.submit("long", long, 8, stops)  # joins mid-decode: the slab grows left
+        session.submit("queued", history[:30], 5, stops)  # waits for a free slot
+        while session.busy:
+            got.update(session.step())
+    assert got["none"].token_ids == () and got["none"].finish_reason == "length"
+    assert len(got["queued"].token_ids) <= 5
+    for key, prompt, cap in [("short", short, 8), ("long", long, 8), ("queued", history[:30], 5)]:
+        params = SamplingParams(max_new_tokens=cap, temperature=0.0)
+        alone = HFSampler(tiny_model, tokenizer, prefix_reuse=False).generate([prompt], params)[0]
+        assert got[key].token_ids == alone.token_ids, key
+        diffs = [abs(a - b) for a, b in zip(got[key].logprobs, alone.logprobs, strict=True)]
+        assert max(diffs) < 1e-4, key
+    with pytest.raises(ValueError, match="empty prompt"), sampler.session(GREEDY) as session:
+        session.submit("bad", [], 4, stops)

@@ -21,29 +21,23 @@ with those of the last call and empties the cache when any weight changed.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 import torch
+from transformers.cache_utils import Cache
 
 from envace_engine.samplers.base import Generation, SamplingParams
-from envace_engine.samplers.kv import PrefixCache, row_kv, slab_cache
+from envace_engine.samplers.kv import PrefixCache, SlabLayer, row_kv
+from envace_engine.samplers.session import DecodeSession
 from envace_engine.samplers.validation import check_request, is_greedy
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 MIN_SHARED_PREFIX = 8  # shorter common prefixes are not worth an extra forward pass
-
-
-@dataclass
-class _Row:
-    """Decode state of one prompt in a chunk: what it has sampled so far."""
-
-    ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    finish: str = ""
 
 
 class HFSampler:
@@ -83,29 +77,42 @@ class HFSampler:
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
-        """One generation per prompt, in order; prompts are batched ``batch_size`` at a time."""
+        """One generation per prompt, in order, decoded ``batch_size`` rows at a time."""
         check_request(prompts, params)
         if not prompts:
             return []
-        generator = None
-        if params.seed is not None:
-            generator = torch.Generator(device=self.model.device).manual_seed(params.seed)
-        self._check_weights()
-        # Sorting the token lists puts shared prefixes (GRPO groups, rehearsals) and similar
-        # lengths in the same chunk: more prefix reuse, less padding.
-        order = sorted(range(len(prompts)), key=lambda i: prompts[i])
+        stops = frozenset(self.eos_ids) | frozenset(params.stop_token_ids)
         results: dict[int, Generation] = {}
+        with self.session(params) as session:
+            # Sorted token lists put shared prefixes (GRPO groups, rehearsals) side by side.
+            for i in sorted(range(len(prompts)), key=lambda i: prompts[i]):
+                session.submit(i, prompts[i], params.max_new_tokens, stops)
+            while session.busy:
+                results.update(session.step())
+        return [results[i] for i in range(len(prompts))]
+
+    @contextlib.contextmanager
+    def session(self, params: SamplingParams) -> Iterator[DecodeSession]:
+        """A continuous-batching session (``samplers.session``) with ``batch_size`` slots.
+
+        ``params`` gives temperature, top-k, top-p and seed; each request brings its own token
+        cap and stop ids. The model is in eval mode for the session and the prefix cache is
+        trimmed to its budget when it ends.
+        """
+        check_request([], params)
+        self._check_weights()
         was_training = self.model.training
         self.model.eval()  # the trainer may have left dropout on; sampling must not use it
         try:
-            for start in range(0, len(order), self.batch_size):
-                chunk = order[start : start + self.batch_size]
-                gens = self._generate_chunk([prompts[i] for i in chunk], params, generator)
-                results.update(zip(chunk, gens, strict=True))
+            yield DecodeSession(self, params, self.batch_size)
         finally:
             self.model.train(was_training)
             self.cache.end_call()
-        return [results[i] for i in range(len(prompts))]
+
+    @property
+    def stop_ids(self) -> frozenset[int]:
+        """The model's end-of-sequence ids (a request adds its own stop ids)."""
+        return frozenset(self.eos_ids)
 
     def _check_weights(self) -> None:
         """Empty the prefix cache when any parameter changed in place since the last call."""
@@ -114,144 +121,79 @@ class HFSampler:
             self.cache = PrefixCache(self.cache.max_tokens)
             self._weights_stamp = stamp
 
-    @torch.inference_mode()
-    def _generate_chunk(
-        self, prompts: list[list[int]], params: SamplingParams, generator: torch.Generator | None
-    ) -> list[Generation]:
-        rows = [_Row() for _ in prompts]
-        if params.max_new_tokens == 0:
-            return [self._finish(r, "length") for r in rows]
-        stop_ids = set(self.eos_ids) | set(params.stop_token_ids)
-        keep_finished = self.prefix_reuse and self.cache.max_tokens > 0
-        if self.prefix_reuse:
-            self._warm(prompts)
-        cache, logits, mask, next_pos = self._prefill(prompts, params.max_new_tokens)
-        live = list(range(len(prompts)))  # chunk row of each batch row
-        for step in range(params.max_new_tokens):
-            tokens, logprobs = pick_tokens(logits, params, generator)
-            keep = []
-            for b, (tok, lp) in enumerate(zip(tokens.tolist(), logprobs.tolist(), strict=True)):
-                row = rows[live[b]]
-                row.ids.append(tok)
-                row.logprobs.append(lp)
-                if tok in stop_ids:
-                    row.finish = "stop"
-                elif step + 1 == params.max_new_tokens:
-                    row.finish = "length"
-                else:
-                    keep.append(b)
-                    continue
-                if keep_finished:  # the cache holds the prompt and all but the last token
-                    held = mask[b].nonzero().squeeze(1)
-                    self.cache.insert(prompts[live[b]] + row.ids[:-1], row_kv(cache, b, held))
-            if not keep:
-                break
-            if len(keep) < len(live):  # drop finished rows instead of decoding padding
-                index = torch.tensor(keep, device=mask.device)
-                cache.batch_select_indices(index)
-                live = [live[b] for b in keep]
-                mask, next_pos, tokens = mask[index], next_pos[index], tokens[index]
-            mask = torch.cat([mask, mask.new_ones(len(live), 1)], dim=1)
-            out = self.model(
-                input_ids=tokens[:, None],
-                attention_mask=mask,
-                position_ids=next_pos[:, None],
-                cache=cache,
-                use_cache=True,
-            )
-            logits = out.logits[:, -1, :].float()
-            next_pos = next_pos + 1
-        return [self._finish(r, r.finish or "length") for r in rows]
+    def share_prefixes(self, prompts: list[list[int]]) -> None:
+        """Put in the prefix cache, computed once, each prefix that neighbouring prompts share.
 
-    def _warm(self, prompts: list[list[int]]) -> None:
-        """Prefill into the prefix cache what the batched prefill would otherwise pad.
-
-        First each prefix that neighbouring prompts share (``prompts`` arrive sorted, so those
-        are neighbours), once; then, one row at a time, every prompt but its last token. The
-        batched pass that follows then runs one token per row: prefill compute is linear in
-        tokens, so batching it buys nothing, while padding every row to the longest uncached
-        suffix (a rehearse prompt's own history runs to hundreds of tokens) wastes a third or
-        more of it. Only gaps of at least ``MIN_SHARED_PREFIX`` tokens get their own pass.
+        ``prompts`` are sorted, so prompts sharing a prefix are neighbours. Only a prefix at
+        least ``MIN_SHARED_PREFIX`` tokens longer than what the cache holds for both gets its
+        own pass; each prompt's remaining tokens are then computed alone (``prefix_kv``), since
+        prefill compute is linear in tokens and batching rows of unequal length only adds
+        padding.
         """
+        if not self.prefix_reuse:
+            return
         for a, b in itertools.pairwise(prompts):
             shared = shared_prefix_len([a, b])
             held = min(self.cache.lookup(a)[1], self.cache.lookup(b)[1])
             if shared - held >= MIN_SHARED_PREFIX:
-                self._remember(a[:shared])
-        for prompt in prompts:
-            if len(prompt) - 1 - self.cache.lookup(prompt)[1] >= MIN_SHARED_PREFIX:
-                self._remember(prompt[:-1])
+                self.prefix_kv(a[:shared])
 
-    def _remember(self, tokens: list[int]) -> None:
-        """Compute the K/V of ``tokens`` (reusing what is cached) and keep it in the cache."""
-        cache, _, mask, _ = self._prefill([tokens], 0)
-        self.cache.insert(tokens, row_kv(cache, 0, mask[0].nonzero().squeeze(1)))
+    @torch.inference_mode()
+    def prefix_kv(self, tokens: list[int]) -> torch.Tensor | None:
+        """K/V of ``tokens`` (``[layers, 2, H, len, D]``), from the cache or computed and kept."""
+        if not tokens:
+            return None
+        if self.prefix_reuse:
+            entry, held = self.cache.lookup((*tokens, -1))
+            if entry is not None and held == len(tokens):
+                self.cache.use(entry, held)
+                return entry.kv[:, :, :, :held]
+        kv = self._prefill(tokens)
+        if self.prefix_reuse:
+            self.cache.insert(tokens, kv)
+        return kv
 
-    def _prefill(
-        self, prompts: list[list[int]], room: int
-    ) -> tuple[object, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Run the uncached part of every prompt; return (cache, last logits, mask, next pos).
+    def remember_row(self, tokens: list[int], cache: Any, row: int, start: int) -> None:
+        """Keep a finished row's K/V (``tokens``, from slab column ``start`` on) for later."""
+        if self.prefix_reuse and self.cache.max_tokens > 0:
+            self.cache.insert(tokens, row_kv(cache, row, start, start + len(tokens)))
 
-        Layout per row: ``[left padding][cached prefix][left padding][own suffix]``, with ``room``
-        free positions after it for decoding. Padding is masked and position ids skip it, so each
-        row sees exactly its own prompt.
+    def _prefill(self, tokens: list[int]) -> torch.Tensor:
+        """K/V of ``tokens``: their longest cached prefix copied, the rest run through the model.
+
+        The slab's layers are views into one ``[layers, 2, 1, H, len, D]`` buffer, so the
+        result is that buffer (no copy) and nothing needs zeroing: every column gets written.
         """
-        device = self.model.device
-        hits = [self.cache.lookup(p) if self.prefix_reuse else (None, 0) for p in prompts]
-        width_p = max(n for _, n in hits)
-        suffixes = [p[n:] for p, (_, n) in zip(prompts, hits, strict=True)]
-        width_s = max(len(s) for s in suffixes)
+        entry, held = self.cache.lookup(tokens) if self.prefix_reuse else (None, 0)
         like = next(self.model.parameters())
-        cache = slab_cache(
-            self.n_layers,
-            len(prompts),
-            self.kv_heads,
-            self.head_dim,
-            width_p + width_s + room,
-            like,
-        )
-        mask = torch.zeros((len(prompts), width_p + width_s), dtype=torch.long, device=device)
-        if width_p:
-            self._load_prefixes(cache, hits, width_p, mask)
-        ids = torch.full((len(prompts), width_s), self.pad_id, dtype=torch.long, device=device)
-        for b, suffix in enumerate(suffixes):
-            if suffix:
-                ids[b, width_s - len(suffix) :] = torch.tensor(suffix, device=device)
-                mask[b, width_p + width_s - len(suffix) :] = 1
-        held = torch.tensor([n for _, n in hits], device=device)
-        positions = (held[:, None] + mask[:, width_p:].cumsum(dim=1) - 1).clamp(min=0)
-        self.prefilled += sum(len(s) for s in suffixes)
-        out = self.model(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=positions,
+        kv = like.new_empty(self.n_layers, 2, 1, self.kv_heads, len(tokens), self.head_dim)
+        if entry is not None and held:
+            self.cache.use(entry, held)
+            kv[:, :, 0, :, :held] = entry.kv[:, :, :, :held]
+        cache = Cache(layers=[SlabLayer(kv[i, 0], kv[i, 1], held) for i in range(self.n_layers)])
+        device = self.model.device
+        self.model(
+            input_ids=torch.tensor([tokens[held:]], device=device),
+            attention_mask=torch.ones((1, len(tokens)), dtype=torch.long, device=device),
+            position_ids=torch.arange(held, len(tokens), device=device)[None],
             cache=cache,
             use_cache=True,
             logits_to_keep=1,
         )
-        return cache, out.logits[:, -1, :].float(), mask, positions[:, -1] + 1
+        self.prefilled += len(tokens) - held
+        return kv[:, :, 0]
 
-    def _load_prefixes(self, cache: object, hits: list, width: int, mask: torch.Tensor) -> None:
-        """Copy each row's cached K/V, right-aligned, into the first ``width`` slab positions."""
-        for layer in cache.layers:
-            layer._k[:, :, :width] = 0  # padding must be finite: masked weights are 0, not 0*NaN
-            layer._v[:, :, :width] = 0
-        for b, (entry, n) in enumerate(hits):
-            if entry is None or n == 0:
-                continue
-            self.cache.use(entry, n)
-            mask[b, width - n : width] = 1
-            for i, layer in enumerate(cache.layers):
-                layer._k[b, :, width - n : width] = entry.kv[i, 0, :, :n]
-                layer._v[b, :, width - n : width] = entry.kv[i, 1, :, :n]
-        for layer in cache.layers:
-            layer.length = width
-            layer._refresh()
+    def pick(
+        self, logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sample one token per row (``pick_tokens``)."""
+        return pick_tokens(logits, params, generator)
 
-    def _finish(self, row: _Row, finish: str) -> Generation:
-        shown = row.ids[:-1] if finish == "stop" else row.ids  # text drops the stop token
+    def finish(self, ids: list[int], logprobs: list[float], reason: str) -> Generation:
+        """A finished generation; its text drops a final stop token."""
+        shown = ids[:-1] if reason == "stop" else ids
         text = self.tokenizer.decode(shown, skip_special_tokens=True)
-        return Generation(tuple(row.ids), tuple(row.logprobs), finish, text=text)
+        return Generation(tuple(ids), tuple(logprobs), reason, text=text)
 
 
 def shared_prefix_len(prompts: list[list[int]]) -> int:
@@ -283,9 +225,27 @@ def pick_tokens(
     scaled = logits / params.temperature
     logp = torch.log_softmax(scaled, dim=-1)
     filtered = truncate_logits(scaled, params.top_k, params.top_p)
-    probs = torch.softmax(filtered, dim=-1)
-    tokens = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+    tokens = sample_categorical(torch.softmax(filtered, dim=-1), generator)
     return tokens, logp.gather(1, tokens[:, None]).squeeze(1)
+
+
+def sample_categorical(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One index per row of ``probs`` by inverse CDF: one uniform draw per row.
+
+    ``torch.multinomial`` costs ~30 ms for 32 rows of SmolLM2's 49152-token vocabulary on a CPU
+    (as does any method drawing one random number per token); a float64 cumulative sum and a
+    binary search take ~3 ms. Float64 keeps the cumulative sum exact enough that no token's
+    probability is biased; a draw landing on a zero-probability token (possible only through
+    rounding at the very end of the sum) is replaced by the row's most likely token.
+    """
+    cdf = probs.double().cumsum(dim=-1)
+    draw = torch.rand(
+        (probs.shape[0], 1), generator=generator, dtype=torch.float64, device=probs.device
+    )
+    index = torch.searchsorted(cdf, draw * cdf[:, -1:], right=True)
+    index = index.clamp(max=probs.shape[1] - 1).squeeze(1)
+    possible = probs.gather(1, index[:, None]).squeeze(1) > 0
+    return torch.where(possible, index, probs.argmax(dim=-1))
 
 
 def truncate_logits(scaled: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:

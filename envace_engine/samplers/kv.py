@@ -37,13 +37,14 @@ class SlabLayer(DynamicLayer):
     def __init__(self, keys: torch.Tensor, values: torch.Tensor, length: int) -> None:
         super().__init__()
         self._k, self._v, self.length = keys, values, length
+        self.rows = keys.shape[0]  # the forward runs on rows [0, rows) (a view, no copy)
         self.device = keys.device
         self.is_initialized = True
         self._refresh()
 
     def _refresh(self) -> None:
-        self.keys = self._k[:, :, : self.length]
-        self.values = self._v[:, :, : self.length]
+        self.keys = self._k[: self.rows, :, : self.length]
+        self.values = self._v[: self.rows, :, : self.length]
 
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args: object, **kwargs: object
@@ -52,8 +53,8 @@ class SlabLayer(DynamicLayer):
         end = self.length + key_states.shape[-2]
         if end > self._k.shape[-2]:
             self._grow(end)
-        self._k[:, :, self.length : end] = key_states
-        self._v[:, :, self.length : end] = value_states
+        self._k[: self.rows, :, self.length : end] = key_states
+        self._v[: self.rows, :, self.length : end] = value_states
         self.length = end
         self._refresh()
         return self.keys, self.values
@@ -62,9 +63,23 @@ class SlabLayer(DynamicLayer):
         capacity = max(needed, 2 * self._k.shape[-2])
         for name in ("_k", "_v"):
             old = getattr(self, name)
-            new = old.new_zeros(*old.shape[:2], capacity, old.shape[-1])
+            new = old.new_empty(*old.shape[:2], capacity, old.shape[-1])  # written before read
             new[:, :, : self.length] = old[:, :, : self.length]
             setattr(self, name, new)
+
+    def shift_right(self, n: int) -> None:
+        """Make ``n`` more filled columns on the left (padding: the mask must hide them)."""
+        if self.length == 0 and n < self._k.shape[-2]:  # empty: reuse the slab as it is
+            self.length = n
+        else:
+            for name in ("_k", "_v"):
+                old = getattr(self, name)
+                new = old.new_empty(*old.shape[:2], old.shape[-2] + n, old.shape[-1])
+                new[:, :, :n] = 0  # padding must be finite: masked weights are 0, and 0*NaN is NaN
+                new[:, :, n : n + self.length] = old[:, :, : self.length]
+                setattr(self, name, new)
+            self.length += n
+        self._refresh()
 
     def get_seq_length(self) -> int:
         """Filled positions (padding included: the attention mask hides it)."""
@@ -77,34 +92,40 @@ class SlabLayer(DynamicLayer):
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         """Keep only the rows in ``indices`` (finished rows leave the batch)."""
         self._k, self._v = self._k[indices], self._v[indices]
+        self.rows = self._k.shape[0]
         self._refresh()
 
     def batch_repeat_interleave(self, repeats: int) -> None:
         """Repeat every row ``repeats`` times."""
         self._k = self._k.repeat_interleave(repeats, dim=0)
         self._v = self._v.repeat_interleave(repeats, dim=0)
+        self.rows = self._k.shape[0]
         self._refresh()
 
 
 def slab_cache(
     n_layers: int, batch: int, kv_heads: int, head_dim: int, capacity: int, like: torch.Tensor
 ) -> Cache:
-    """An empty cache of ``SlabLayer``s with room for ``capacity`` positions per row."""
+    """An empty cache of ``SlabLayer``s with room for ``capacity`` positions per row.
+
+    Uninitialised: a row's columns must be written (or zeroed) before a forward reads them;
+    ``DecodeSession`` does that when a request takes the row.
+    """
     layers = []
     for _ in range(n_layers):
-        k = like.new_zeros(batch, kv_heads, capacity, head_dim)
-        layers.append(SlabLayer(k, torch.zeros_like(k), 0))
+        k = like.new_empty(batch, kv_heads, capacity, head_dim)
+        layers.append(SlabLayer(k, torch.empty_like(k), 0))
     return Cache(layers=layers)
 
 
-def row_kv(cache: Cache, row: int, positions: torch.Tensor) -> torch.Tensor:
-    """K/V of one batch row at ``positions`` (its unpadded tokens): ``[layers, 2, H, L, D]``."""
-    return torch.stack(
-        [
-            torch.stack([layer.keys[row][:, positions], layer.values[row][:, positions]])
-            for layer in cache.layers
-        ]
-    )
+def row_kv(cache: Cache, row: int, start: int, end: int) -> torch.Tensor:
+    """A copy of one batch row's K/V in columns ``[start, end)``: ``[layers, 2, H, L, D]``."""
+    first = cache.layers[0]._k
+    out = first.new_empty(len(cache.layers), 2, first.shape[1], end - start, first.shape[-1])
+    for i, layer in enumerate(cache.layers):
+        out[i, 0] = layer._k[row, :, start:end]
+        out[i, 1] = layer._v[row, :, start:end]
+    return out
 
 
 @dataclass
