@@ -18,10 +18,15 @@ Tiers, cheapest first:
 * ``value_match`` — the fraction of shared keys whose values are equal, deeply, with numbers
   equal within a relative tolerance of 1 % (``REL_TOL``): 100 vs 100.5 match, 100 vs 105 do not.
   Booleans are never numbers here (True is not 1). 0.0 when no key is shared.
-* ``text_similarity`` — ``difflib.SequenceMatcher.ratio`` over the two canonical JSON texts,
-  compared as sequences of JSON tokens (strings, numbers, literals, punctuation) rather than
-  characters: the same diff a reader sees, and ~10x cheaper, which matters because storage
-  scores every pair at write time.
+* ``text_similarity`` — ``difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()`` over
+  the two canonical JSON texts, compared as sequences of JSON tokens (strings, numbers,
+  literals, punctuation) rather than characters: the same diff a reader sees. That is
+  ``2 * M / (len(a) + len(b))`` where ``M`` counts the tokens in difflib's matching blocks
+  (Ratcliff/Obershelp: take the longest common run of tokens — leftmost in ``a``, then in
+  ``b``, on ties — and recurse on both sides of it). Storage scores every pair at write time,
+  so this module computes the same ``M`` without difflib: each token becomes one character and
+  the longest-run search is C-level substring search (``_matching_tokens``); tests check it
+  against difflib on random sequences.
 
 ``score`` (in [0, 1]) folds them into one number for sorting and aggregates::
 
@@ -34,16 +39,25 @@ The model-based tier, ``nll_per_token``, is the environment-token cross-entropy:
 negative log-likelihood of the *real* response's tokens under the rehearse prompt. It needs the
 model, so the engine computes it and hands it to storage through ``Episode.meta["real_nll"]``
 (``{call_index: nats_per_token}``); storage stores it next to the other tiers.
+
+``compare`` scores one pair. ``score_pairs`` scores a batch (storage: one step) with exactly
+``compare``'s numbers: every tier but the text similarity per pair, then the similarity of each
+distinct (predicted, real) pair of texts once — a GRPO group repeats the same real answers —
+tokenising each distinct text once and running the matcher once per token-equality pattern
+(``{"balance":105}`` vs ``{"balance":100}`` and ``{"balance":7}`` vs ``{"balance":9}`` are
+one pattern: difflib only asks whether two tokens are equal, so they match alike).
 """
 
 from __future__ import annotations
 
 import difflib
 import json
+import json.encoder
 import math
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from envace_engine.types import ToolResult
 
@@ -56,10 +70,23 @@ ABS_TOL = 1e-9  # so that 0.0 and float noise around it still match
 NLL_META_KEY = "real_nll"  # Episode.meta key: {call_index: nll per token of the real response}
 # One shared encoder: json.dumps would build a new one per call, a third of the cost here.
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-# Canonical JSON has no whitespace, so these alternatives cover every character of it.
+# Canonical JSON has no whitespace, so these alternatives cover every character of it. Each
+# alternative starts with its own characters, so their order does not change what matches:
+# punctuation comes first because it is the most frequent, and the possessive quantifiers
+# (never giving back) find the same tokens as the plain pattern without backtracking.
 _JSON_TOKEN = re.compile(
-    r'"(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null|NaN|-?Infinity|[{}\[\]:,]'
+    r'[{}\[\]:,]|"[^"\\]*+(?:\\.[^"\\]*+)*+"|-?\d++(?:\.\d++)?+(?:[eE][+-]?\d++)?+'
+    r"|true|false|null|NaN|-?Infinity"
 )
+_CODE_SPACE = 0x110000  # chr() accepts 0..0x10FFFF: the most distinct tokens of a coded pair
+_FIRST_CODES = tuple(map(chr, range(1024)))  # the codes of pairs of up to 1024 tokens
+# Tuples, not ``int | float``: a union is built anew at each isinstance call in the hot loop.
+_NUMBERS = (int, float)
+_SEQUENCES = (list, tuple)
+
+# The fields of ``Fidelity``, in order, as a plain tuple (``Fidelity(*tiers)`` is the value):
+# storage builds columns from them and skips a frozen dataclass per pair.
+FidelityTiers = tuple[bool, bool, bool | None, bool, float | None, float | None, float, float]
 
 
 @dataclass(frozen=True)
@@ -77,6 +104,7 @@ class Fidelity:
 
 
 NOT_PARSED = Fidelity(False, False, None, False, None, None, 0.0, 0.0)
+_NOT_PARSED_TIERS: FidelityTiers = (False, False, None, False, None, None, 0.0, 0.0)
 
 
 def canonical(result: ToolResult) -> Any:
@@ -86,20 +114,55 @@ def canonical(result: ToolResult) -> Any:
     return {"error": {"code": result.error.code, "message": result.error.message}}
 
 
+def _c_encoder() -> Callable[[Any, int], Any] | None:
+    """``_ENCODER``'s C encoder, built once (``encode`` builds one per call: half its cost).
+
+    Built without the circular-reference check, whose bookkeeping is shared state and costs
+    per container: a cycle instead ends in RecursionError, which ``canonical_json`` turns
+    into the ValueError json raises for one. None where the C accelerator is missing.
+    """
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return None
+    return make(
+        None,  # no circular-reference markers
+        _ENCODER.default,
+        json.encoder.encode_basestring,  # what ensure_ascii=False uses
+        None,  # indent
+        _ENCODER.key_separator,
+        _ENCODER.item_separator,
+        _ENCODER.sort_keys,
+        _ENCODER.skipkeys,
+        _ENCODER.allow_nan,
+    )
+
+
+_C_ENCODER = _c_encoder()
+
+
 def canonical_json(value: Any) -> str:
-    """Sorted-key, whitespace-free JSON: two equal values give the same string."""
-    return _ENCODER.encode(value)
+    """Sorted-key, whitespace-free JSON: two equal values give the same string.
+
+    Raises TypeError for a value JSON cannot hold, ValueError for a circular (or absurdly
+    deeply nested) one.
+    """
+    if _C_ENCODER is None:
+        return _ENCODER.encode(value)
+    try:
+        return "".join(_C_ENCODER(value, 0))
+    except RecursionError as err:
+        raise ValueError("circular reference, or nesting too deep for JSON") from err
 
 
 def values_equal(a: Any, b: Any, rel_tol: float = REL_TOL) -> bool:
     """Deep equality where numbers may differ by ``rel_tol`` (relative) and bools are exact."""
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b
-    if isinstance(a, int | float) and isinstance(b, int | float):
+    if isinstance(a, _NUMBERS) and isinstance(b, _NUMBERS):
         return math.isclose(a, b, rel_tol=rel_tol, abs_tol=ABS_TOL)
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(values_equal(a[k], b[k], rel_tol) for k in a)
-    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+    if isinstance(a, _SEQUENCES) and isinstance(b, _SEQUENCES):
         if len(a) != len(b):
             return False
         return all(values_equal(x, y, rel_tol) for x, y in zip(a, b, strict=True))
@@ -124,7 +187,11 @@ def value_match(predicted: Any, real: Any, rel_tol: float = REL_TOL) -> float:
     shared = p.keys() & r.keys()
     if not shared:
         return 1.0 if not p and not r else 0.0
-    return sum(values_equal(p[k], r[k], rel_tol) for k in shared) / len(shared)
+    equal = 0
+    for key in shared:  # a loop, not sum(generator): this runs for every scored pair
+        if values_equal(p[key], r[key], rel_tol):
+            equal += 1
+    return equal / len(shared)
 
 
 def json_tokens(text: str) -> list[str]:
@@ -132,18 +199,204 @@ def json_tokens(text: str) -> list[str]:
     return _JSON_TOKEN.findall(text)
 
 
+def _code_pair(ta: list[str], tb: list[str]) -> tuple[str, str] | None:
+    """Both token sequences as strings, one character per token; None past ``_CODE_SPACE``.
+
+    Equal tokens get equal characters, so substring search on the coded pair is run search on
+    the token sequences. Codes are numbered by first sight in ``ta`` then ``tb``: two pairs
+    that are equal up to renaming tokens get the same coded pair, and difflib (which only asks
+    whether two tokens are equal) matches the same number of tokens in both.
+    """
+    if len(ta) + len(tb) <= len(_FIRST_CODES):  # nearly every pair: one pass, no chr() calls
+        codes: dict[str, str] = {}
+        code = codes.setdefault
+        a = "".join([code(t, _FIRST_CODES[len(codes)]) for t in ta])
+        return a, "".join([code(t, _FIRST_CODES[len(codes)]) for t in tb])
+    distinct = dict.fromkeys(ta + tb)
+    if len(distinct) > _CODE_SPACE:
+        return None
+    codes = dict(zip(distinct, map(chr, range(len(distinct))), strict=True))
+    return "".join(map(codes.__getitem__, ta)), "".join(map(codes.__getitem__, tb))
+
+
+def _leftmost_longest(a: str, b: str) -> tuple[int, int]:
+    """``(i, k)``: the longest run ``a[i:i+k]`` that occurs in ``b``, leftmost ``i`` on ties.
+
+    ``k`` only grows, so one substring test per position of ``a`` (plus one per unit of ``k``)
+    suffices; the first ``i`` that reaches the final ``k`` is the leftmost, as in difflib.
+    """
+    n = len(a)
+    best = best_i = i = 0
+    while i + best < n:
+        if a[i : i + best + 1] in b:
+            best += 1
+            while i + best < n and a[i : i + best + 1] in b:
+                best += 1
+            best_i = i
+        i += 1
+    return best_i, best
+
+
+def _greedy_matches(a: str, b: str) -> int:
+    """Difflib's match count when no run longer than one token is shared.
+
+    Then its recursion is a left-to-right scan: the leftmost token of ``a`` found in ``b``
+    matches the first such token of ``b``, nothing left of both can match, and the rest repeats.
+    """
+    matched = position = 0
+    find = b.find
+    for char in a:
+        found = find(char, position)
+        if found >= 0:
+            matched += 1
+            position = found + 1
+    return matched
+
+
+def _matching_tokens(a: str, b: str) -> int:
+    """Tokens in difflib's matching blocks of two coded sequences (autojunk off, no junk).
+
+    Difflib takes the longest common run (leftmost in ``a``, then in ``b``) and recurses on both
+    sides of it; the count does not depend on the order the sides are visited in.
+    """
+    total = 0
+    todo = [(a, b)]
+    while todo:
+        a, b = todo.pop()
+        if not a or not b:
+            continue
+        if a == b:
+            total += len(a)
+            continue
+        i, k = _leftmost_longest(a, b)
+        if k == 0:
+            continue
+        if k == 1:
+            total += _greedy_matches(a[i:], b)
+            continue
+        j = b.find(a[i : i + k])  # the leftmost occurrence in b: difflib's tie-break
+        total += k
+        todo.append((a[:i], b[:j]))
+        todo.append((a[i + k :], b[j + k :]))
+    return total
+
+
+def _token_ratio(
+    ta: list[str], tb: list[str], memo: dict[tuple[str, str], int] | None = None
+) -> float:
+    """``difflib.SequenceMatcher(None, ta, tb, autojunk=False).ratio()``, computed faster.
+
+    ``memo`` maps coded pairs (token-equality patterns) to their match counts.
+    """
+    length = len(ta) + len(tb)
+    if not length:
+        return 1.0
+    coded = _code_pair(ta, tb)
+    if coded is None:  # over a million distinct tokens: difflib itself, slowly
+        return difflib.SequenceMatcher(None, ta, tb, autojunk=False).ratio()
+    matched = None if memo is None else memo.get(coded)
+    if matched is None:
+        matched = _matching_tokens(*coded)
+        if memo is not None:
+            memo[coded] = matched
+    return 2.0 * matched / length
+
+
 def _similarity(a: str, b: str) -> float:
     if a == b:
         return 1.0
-    ta, tb = json_tokens(a), json_tokens(b)
-    if not ta and not tb:
-        return 1.0
-    return difflib.SequenceMatcher(None, ta, tb, autojunk=False).ratio()
+    return _token_ratio(json_tokens(a), json_tokens(b))
+
+
+def _similarities(pairs: Sequence[tuple[str, str]]) -> list[float]:
+    """``_similarity`` of many text pairs: each text tokenised once, and each token-equality
+    pattern matched once (pairs that differ only in which value sits where share one)."""
+    tokens: dict[str, list[str]] = {}
+    patterns: dict[tuple[str, str], int] = {}
+    out = []
+    for a, b in pairs:
+        if a == b:
+            out.append(1.0)
+            continue
+        ta, tb = tokens.get(a), tokens.get(b)
+        if ta is None:
+            ta = tokens[a] = json_tokens(a)
+        if tb is None:
+            tb = tokens[b] = json_tokens(b)
+        out.append(_token_ratio(ta, tb, patterns))
+    return out
 
 
 def text_similarity(predicted: Any, real: Any) -> float:
     """``difflib`` ratio of the two canonical JSON texts, compared token by token."""
     return _similarity(canonical_json(predicted), canonical_json(real))
+
+
+class _Unscored(NamedTuple):
+    """A parse-valid, inexact pair with every tier but the text similarity (and score)."""
+
+    texts: tuple[str, str]
+    status_agree: bool
+    error_code_agree: bool | None
+    key_jaccard: float
+    value_match: float
+    predicted_ok: bool
+
+    def finish(self, similarity: float) -> FidelityTiers:
+        if not self.status_agree:
+            score = 0.0
+        elif self.predicted_ok:
+            score = (self.key_jaccard + self.value_match + similarity) / 3
+        else:
+            score = (float(bool(self.error_code_agree)) + similarity) / 2
+        return (
+            True,
+            self.status_agree,
+            self.error_code_agree,
+            False,
+            self.key_jaccard,
+            self.value_match,
+            similarity,
+            score,
+        )
+
+
+def _key_tiers(predicted: Any, real: Any) -> tuple[float, float]:
+    """``(key_jaccard, value_match)`` in one pass over the two key sets."""
+    p, r = _as_keyed(predicted), _as_keyed(real)
+    shared = p.keys() & r.keys()
+    union = len(p) + len(r) - len(shared)
+    jaccard = 1.0 if not union else len(shared) / union
+    if not shared:
+        return jaccard, (1.0 if not p and not r else 0.0)
+    equal = 0
+    for key in shared:
+        if values_equal(p[key], r[key]):
+            equal += 1
+    return jaccard, equal / len(shared)
+
+
+def _tiers(
+    predicted: ToolResult | None, real: ToolResult, texts: tuple[str, str] | None
+) -> FidelityTiers | _Unscored:
+    """Every tier of one pair, or all but the text similarity when it is inexact."""
+    if predicted is None:
+        return _NOT_PARSED_TIERS
+    if texts is None:
+        try:
+            p_text = canonical_json(canonical(predicted))
+        except (TypeError, ValueError):
+            return _NOT_PARSED_TIERS
+        texts = (p_text, canonical_json(canonical(real)))
+    p_error, r_error = predicted.error, real.error
+    status_agree = (p_error is None) == (r_error is None)
+    code_agree = None
+    if p_error is not None or r_error is not None:
+        code_agree = p_error is not None and r_error is not None and p_error.code == r_error.code
+    if status_agree and texts[0] == texts[1]:  # exact; an ok value may mimic an error object
+        return (True, True, code_agree, True, 1.0, 1.0, 1.0, 1.0)
+    jaccard, match = _key_tiers(canonical(predicted), canonical(real))
+    return _Unscored(texts, status_agree, code_agree, jaccard, match, p_error is None)
 
 
 def compare(
@@ -154,36 +407,27 @@ def compare(
     ``texts`` may pass the canonical JSON of both sides when the caller already has them
     (storage serialises every result anyway), to skip serialising twice.
     """
-    if predicted is None:
-        return NOT_PARSED
-    p, r = canonical(predicted), canonical(real)
-    if texts is not None:
-        p_text, r_text = texts
-    else:
-        try:
-            p_text = canonical_json(p)
-        except (TypeError, ValueError):
-            return NOT_PARSED
-        r_text = canonical_json(r)
-    status_agree = predicted.ok == real.ok
-    exact = status_agree and p_text == r_text  # an ok value may mimic an error object
-    code_agree = None
-    if predicted.error is not None or real.error is not None:
-        code_agree = (
-            predicted.error is not None
-            and real.error is not None
-            and predicted.error.code == real.error.code
-        )
-    if exact:
-        return Fidelity(True, True, code_agree, True, 1.0, 1.0, 1.0, 1.0)
-    jaccard, match, similarity = key_jaccard(p, r), value_match(p, r), _similarity(p_text, r_text)
-    if not status_agree:
-        score = 0.0
-    elif predicted.ok:
-        score = (jaccard + match + similarity) / 3
-    else:
-        score = (float(bool(code_agree)) + similarity) / 2
-    return Fidelity(True, status_agree, code_agree, False, jaccard, match, similarity, score)
+    tiers = _tiers(predicted, real, texts)
+    if isinstance(tiers, _Unscored):
+        tiers = tiers.finish(_similarity(*tiers.texts))
+    return Fidelity(*tiers)
+
+
+def score_pairs(
+    pairs: Sequence[tuple[ToolResult | None, ToolResult, tuple[str, str] | None]],
+) -> list[FidelityTiers]:
+    """``compare`` for many ``(predicted, real, texts)`` triples, faster; same numbers.
+
+    Returns each pair's tiers as a tuple of ``Fidelity``'s fields in order
+    (``Fidelity(*tiers) == compare(predicted, real, texts)``), which is what storage turns
+    into columns. The similarity of each distinct pair of texts is computed once, and
+    difflib's matching once per token-equality pattern (see the module docstring).
+    """
+    staged = [_tiers(predicted, real, texts) for predicted, real, texts in pairs]
+    unscored = [s for s in staged if isinstance(s, _Unscored)]
+    distinct = list(dict.fromkeys(s.texts for s in unscored))
+    similarity = dict(zip(distinct, _similarities(distinct), strict=True))
+    return [s.finish(similarity[s.texts]) if isinstance(s, _Unscored) else s for s in staged]
 
 
 def nll_per_token(

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import difflib
+import json
 import math
+import random
+import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from envace_engine.fidelity import (
+    Fidelity,
     canonical_json,
     compare,
     json_tokens,
     key_jaccard,
     nll_per_token,
+    score_pairs,
     text_similarity,
     value_match,
     values_equal,
@@ -143,3 +151,129 @@ def test_nll_per_token_rejects_empty_inputs(tiny_model):
         nll_per_token(tiny_model, [], [1])
     with pytest.raises(ValueError, match="target token"):
         nll_per_token(tiny_model, [1], [])
+
+
+# -- the fast paths give the textbook numbers ---------------------------------------------------
+
+# The tokenizer pattern as first written (readable, backtracking): json_tokens must agree.
+READABLE_TOKEN = re.compile(
+    r'"(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null|NaN|-?Infinity|[{}\[\]:,]'
+)
+# Small alphabets, so that texts share many tokens and difflib's recursion branches a lot.
+scalars = st.one_of(
+    st.sampled_from([0, 1, 2, -1, 100, 105, 1.5, 1e16, -2.5e-3, True, False, None]),
+    st.sampled_from(["a", "b", "", 'q"uote', "back\\slash", "é", "x\ny", "nul\x00"]),
+    st.floats(allow_nan=True, allow_infinity=True),
+)
+json_values = st.recursive(
+    scalars,
+    lambda inner: (
+        st.lists(inner, max_size=5)
+        | st.dictionaries(st.sampled_from(["a", "b", "c", "error"]), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+results = st.one_of(
+    json_values.map(ok),
+    st.builds(err, st.sampled_from(["E", "F", "TOOL_NOT_AVAILABLE"]), st.sampled_from(["m", "n"])),
+)
+
+
+def difflib_similarity(a_text: str, b_text: str) -> float:
+    tokens = READABLE_TOKEN.findall(a_text), READABLE_TOKEN.findall(b_text)
+    return difflib.SequenceMatcher(None, *tokens, autojunk=False).ratio()
+
+
+@settings(max_examples=400, deadline=None)
+@given(json_values, json_values)
+def test_text_similarity_is_difflibs_ratio_over_json_tokens(a, b):
+    a_text, b_text = canonical_json(a), canonical_json(b)
+    expected = 1.0 if a_text == b_text else difflib_similarity(a_text, b_text)
+    assert text_similarity(a, b) == expected  # the same float, not an approximation
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.sampled_from("abcd"), max_size=30), st.lists(st.sampled_from("abc"), max_size=30)
+)
+def test_token_matching_counts_difflibs_matching_blocks(a, b):
+    # Long lists over 3-4 strings repeat every token many times: tied longest runs, deep
+    # recursion on both sides, runs of one token — where a faster matcher could go wrong.
+    a_text, b_text = canonical_json(a), canonical_json(b)
+    expected = 1.0 if a_text == b_text else difflib_similarity(a_text, b_text)
+    assert text_similarity(a, b) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_values)
+def test_canonical_json_is_json_dumps_sorted_and_compact(value):
+    expected = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert canonical_json(value) == expected
+    assert json_tokens(expected) == READABLE_TOKEN.findall(expected)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet='{}[]:,"\\-.0123456789eE+truefalsnNIiy x\n', max_size=40))
+def test_json_tokens_match_the_readable_pattern_on_any_text(text):
+    assert json_tokens(text) == READABLE_TOKEN.findall(text)
+
+
+def test_canonical_json_rejects_what_json_rejects():
+    loop: list = []
+    loop.append(loop)
+    with pytest.raises(ValueError, match="circular"):
+        canonical_json(loop)
+    with pytest.raises(TypeError):
+        canonical_json({"x": {1, 2}})
+    assert canonical_json({"x": 1}) == '{"x":1}'  # still usable after a failure
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.none() | results, results), max_size=12))
+def test_score_pairs_gives_compares_numbers(pairs):
+    triples = [(p, r, None) for p, r in pairs]
+    assert [Fidelity(*t) for t in score_pairs(triples)] == [compare(p, r) for p, r in pairs]
+
+
+def test_score_pairs_with_given_texts_and_shared_pairs():
+    a, b = ok({"amount": 100, "ok": True}), ok({"amount": 105, "ok": True})
+    texts = (canonical_json(a.value), canonical_json(b.value))
+    triples = [(a, b, texts), (a, b, texts), (b, a, None), (a, a, None), (None, a, None)]
+    expected = [compare(p, r, t) for p, r, t in triples]
+    assert [Fidelity(*t) for t in score_pairs(triples)] == expected
+    # texts holding NUL cannot be joined for the batch: each pair is then tokenised alone
+    odd = ('["a\x00",1]', '["a\x00",2]')
+    assert Fidelity(*score_pairs([(a, b, odd)])[0]) == compare(a, b, odd)
+    assert score_pairs([]) == []
+
+
+def test_long_texts_match_difflib():
+    # over 1024 tokens per pair: the general coding path rather than the small-pair one
+    rng = random.Random(7)
+    a = [rng.randrange(40) for _ in range(400)]
+    b = [x if rng.random() < 0.8 else rng.randrange(40) for x in a]
+    expected = difflib_similarity(canonical_json(a), canonical_json(b))
+    assert len(json_tokens(canonical_json(a))) + len(json_tokens(canonical_json(b))) > 1024
+    assert text_similarity(a, b) == expected
+    (tiers,) = score_pairs([(ok(a), ok(b), None)])
+    assert Fidelity(*tiers).text_similarity == expected
+
+
+def test_more_distinct_tokens_than_characters_falls_back_to_difflib(monkeypatch):
+    import envace_engine.fidelity as fidelity
+
+    made = []
+
+    class CountingMatcher(difflib.SequenceMatcher):
+        def __init__(self, *args, **kwargs):
+            made.append(1)
+            super().__init__(*args, **kwargs)
+
+    a, b = list(range(300, 900)), list(range(0, 1200, 2))  # > 1024 tokens, many distinct
+    expected = difflib_similarity(canonical_json(a), canonical_json(b))
+    monkeypatch.setattr(fidelity, "_CODE_SPACE", 5)  # 5 codes: these pairs need more
+    monkeypatch.setattr(fidelity.difflib, "SequenceMatcher", CountingMatcher)
+    assert text_similarity(a, b) == expected
+    (tiers,) = score_pairs([(ok(a), ok(b), None)])
+    assert Fidelity(*tiers).text_similarity == expected
+    assert len(made) == 2  # both went to difflib itself
