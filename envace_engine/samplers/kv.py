@@ -81,6 +81,12 @@ class SlabLayer(DynamicLayer):
             self.length += n
         self._refresh()
 
+    def drop_left(self, n: int) -> None:
+        """Forget the first ``n`` filled columns (a view of the same slab: no copy)."""
+        self._k, self._v = self._k[:, :, n:], self._v[:, :, n:]
+        self.length -= n
+        self._refresh()
+
     def get_seq_length(self) -> int:
         """Filled positions (padding included: the attention mask hides it)."""
         return self.length

@@ -32,7 +32,8 @@ from envace_engine.samplers.kv import slab_cache
 if TYPE_CHECKING:
     from envace_engine.samplers.hf import HFSampler
 
-LEFT_MARGIN = 128  # extra columns when the slab grows left: fewer whole-slab copies
+LEFT_MARGIN = 64  # extra columns when the slab grows left: fewer whole-slab copies
+TRIM_AT = 64  # drop unused leading columns once there are this many
 
 
 @dataclass
@@ -109,11 +110,25 @@ class DecodeSession:
             finished.extend(self._take(j, int(tokens[j]), float(logprobs[j])))
         self.next_input[:k] = tokens
         self.next_pos[:k] += 1
-        if all(r is None for r in self.rows):  # empty: the next rows start from column 0
-            self.mask = self.mask[:, :0]
-            for layer in self.cache.layers:
-                layer.length = 0
+        if finished:
+            self._trim()
         return finished
+
+    def _trim(self) -> None:
+        """Drop leading columns that no busy row uses (after long rows left the batch).
+
+        Every step's attention reads all filled columns of every row, so columns kept only for
+        a finished long prompt slow down the rows still decoding. Dropping them is a view of
+        the slab (no copy); an empty session starts again from column 0.
+        """
+        busy = [j for j, r in enumerate(self.rows) if r is not None]
+        width = self.mask.shape[1]
+        cut = width if not busy else int(self.mask[busy].argmax(dim=1).min())
+        if cut < TRIM_AT and busy:
+            return
+        self.mask = self.mask[:, cut:]
+        for layer in self.cache.layers:
+            layer.drop_left(cut)
 
     def _take(self, j: int, token: int, logprob: float) -> list[tuple[Hashable, Generation]]:
         """Record slot ``j``'s new token; free the slot when its request is done."""
