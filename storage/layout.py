@@ -96,11 +96,11 @@ def shard_path(run: Path, table: str, step: int) -> Path:
     return run / table / shard_name(step)
 
 
-def write_atomic(path: Path, write: Callable[[BinaryIO], None], durable: bool = True) -> None:
-    """Write ``path`` through ``write(fileobj)`` to a temporary name, then rename it into place.
+def stage(path: Path, write: Callable[[BinaryIO], None], durable: bool = True) -> Path:
+    """Write through ``write(fileobj)`` to the temporary name of ``path``; return that name.
 
-    ``durable`` fsyncs the data before the rename (shards and manifests); progress reports skip
-    it because the next report supersedes them anyway.
+    The temporary (``.NAME.tmp-PID``) matches no reader's glob and ``remove_stale_temporaries``
+    deletes it. It is removed if writing fails. ``durable`` fsyncs the data.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
@@ -110,16 +110,30 @@ def write_atomic(path: Path, write: Callable[[BinaryIO], None], durable: bool = 
             if durable:
                 fh.flush()
                 os.fsync(fh.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp
+
+
+def write_atomic(path: Path, write: Callable[[BinaryIO], None], durable: bool = True) -> None:
+    """Write ``path`` through ``write(fileobj)`` to a temporary name, then rename it into place.
+
+    ``durable`` fsyncs the data before the rename and the folder after it (shards and
+    manifests); progress reports skip it because the next report supersedes them anyway.
+    """
+    tmp = stage(path, write, durable)
+    try:
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     if durable:
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
 
 
-def _fsync_dir(folder: Path) -> None:
-    # The rename itself must reach the disk for the shard to survive a power cut.
+def fsync_dir(folder: Path) -> None:
+    """Flush a folder's entries: a rename reaches the disk with its folder, not with the file."""
     fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(fd)

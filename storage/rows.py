@@ -79,6 +79,19 @@ def _lengths(lists: pa.Array) -> pa.Array:
     return pc.list_value_length(lists)
 
 
+def _owner_columns(
+    run_id: str, step: int, episodes: Sequence[Episode], owner: np.ndarray, first: int
+) -> dict[str, pa.Array]:
+    """The leading columns of a per-episode child table: run, step, episode id and index."""
+    n = len(owner)
+    return {
+        "run_id": _constant(run_id, n, pa.string()),
+        "step": _constant(step, n, pa.int32()),
+        "episode_id": _strings([ep.id for ep in episodes]).take(owner),
+        "episode_index": pa.array(owner + first),
+    }
+
+
 def segments_table(run_id: str, step: int, episodes: Sequence[Episode], first: int = 0) -> pa.Table:
     """The ``segments`` shard: one row per segment of every episode's agent context.
 
@@ -87,13 +100,9 @@ def segments_table(run_id: str, step: int, episodes: Sequence[Episode], first: i
     owner, seq = _positions([len(ep.segments) for ep in episodes])
     segs = [s for ep in episodes for s in ep.segments]
     token_ids = list_array(list(map(attrgetter("token_ids"), segs)), TOKENS)
-    n = len(segs)
     return pa.table(
         {
-            "run_id": _constant(run_id, n, pa.string()),
-            "step": _constant(step, n, pa.int32()),
-            "episode_id": _strings([ep.id for ep in episodes]).take(owner),
-            "episode_index": pa.array(owner + first),
+            **_owner_columns(run_id, step, episodes, owner, first),
             "seq": pa.array(seq),
             "role": _strings(list(map(attrgetter("role"), segs))),  # StrEnum: a str already
             "text": _strings(list(map(attrgetter("text"), segs))),
@@ -114,13 +123,9 @@ def rehearsals_table(
     completions = list(map(attrgetter("completion"), rows))
     prompt_ids = list_array(list(map(attrgetter("prompt_ids"), rows)), TOKENS)
     token_ids = list_array(list(map(attrgetter("token_ids"), completions)), TOKENS)
-    n = len(rows)
     return pa.table(
         {
-            "run_id": _constant(run_id, n, pa.string()),
-            "step": _constant(step, n, pa.int32()),
-            "episode_id": _strings([ep.id for ep in episodes]).take(owner),
-            "episode_index": pa.array(owner + first),
+            **_owner_columns(run_id, step, episodes, owner, first),
             "rehearsal_index": pa.array(index),
             "call_index": pa.array(list(map(attrgetter("call_index"), rows)), pa.int32()),
             "grounded": pa.array(list(map(attrgetter("grounded"), rows)), pa.bool_()),
@@ -212,13 +217,11 @@ def calls_table(run_id: str, step: int, episodes: Sequence[Episode], first: int 
     recs = [c for ep in episodes for c in ep.calls]
     calls = list(map(attrgetter("call"), recs))
     n = len(recs)
-    episode_id = _strings([ep.id for ep in episodes]).take(owner)
+    head = _owner_columns(run_id, step, episodes, owner, first)
+    episode_id = head["episode_id"]
     call_index = pa.array(index)
     columns: dict[str, Any] = {
-        "run_id": _constant(run_id, n, pa.string()),
-        "step": _constant(step, n, pa.int32()),
-        "episode_id": episode_id,
-        "episode_index": pa.array(owner + first),
+        **head,
         "call_index": call_index,
         "call_id": pc.binary_join_element_wise(episode_id, pc.cast(call_index, pa.string()), "/"),
         "turn": list(map(attrgetter("turn"), recs)),

@@ -40,11 +40,13 @@ from storage.layout import (
     RunManifest,
     RunProgress,
     check_run_id,
+    fsync_dir,
     read_manifest,
     read_progress,
     remove_stale_temporaries,
     run_dir,
     shard_path,
+    stage,
     utc_now,
     write_atomic,
     write_json,
@@ -109,35 +111,11 @@ def write_shard(path: Path, table: pa.Table) -> None:
     write_atomic(path, lambda fh: _write_parquet(table, fh))
 
 
-def _temporary(path: Path) -> Path:
-    # layout.write_atomic's name: no glob matches it, remove_stale_temporaries deletes it.
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
-
-
 def _stage(path: Path, table: pa.Table) -> Path:
     """Encode ``table`` and write it, fsynced, to the temporary name of ``path``; return it."""
     sink = pa.BufferOutputStream()  # in memory: pyarrow encodes without the GIL
     _write_parquet(table, sink)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _temporary(path)
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(sink.getvalue())
-            fh.flush()
-            os.fsync(fh.fileno())
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return tmp
-
-
-def _fsync_folder(folder: Path) -> None:
-    # A rename reaches the disk with its folder: sync it before anything that relies on it.
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    return stage(path, lambda fh: fh.write(sink.getvalue()))
 
 
 def _publish(shards: list[tuple[Path, Path]]) -> None:
@@ -147,9 +125,9 @@ def _publish(shards: list[tuple[Path, Path]]) -> None:
     for tmp, path in body:
         os.replace(tmp, path)
     for folder in dict.fromkeys(path.parent for _, path in body):
-        _fsync_folder(folder)
+        fsync_dir(folder)
     os.replace(last_tmp, last)
-    _fsync_folder(last.parent)
+    fsync_dir(last.parent)
 
 
 class RunWriter:

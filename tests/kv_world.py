@@ -8,6 +8,8 @@ token, with log-probs — the same contract a real sampler keeps.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -159,3 +161,27 @@ def last_message(prompt_text: str) -> tuple[str, str]:
 def is_rehearse_prompt(prompt_text: str) -> bool:
     """World-role prompts open with the simulator's system message."""
     return "You are a precise tool simulator" in prompt_text.split("<|im_end|>")[0]
+
+
+def call_text(name: str, **args: Any) -> str:
+    """One tool call in the act reply format."""
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': args})}\n</tool_call>"
+
+
+def good_agent(prompt: str) -> str:
+    """Calls the right tool for the current user turn, then answers from the tool result."""
+    role, content = last_message(prompt)
+    if role == "tool":
+        value = re.search(r'"value": (\d+)', content)
+        return f"It is {value.group(1)}." if value else "Stored."
+    key = re.search(r"(Set|What is) (\w)", content)
+    assert key is not None, content
+    if key.group(1) == "Set":
+        value = re.search(r"to (\d+)", content).group(1)
+        return call_text("set", key=key.group(2), value=int(value))
+    return call_text("get", key=key.group(2))
+
+
+def both(agent: Callable[[str], Any], world_fn: Callable[[str], Any]) -> Callable[[str], Any]:
+    """One script for both roles (the same policy plays them)."""
+    return lambda prompt: world_fn(prompt) if is_rehearse_prompt(prompt) else agent(prompt)

@@ -4,7 +4,6 @@ runs of the real smollm2-135m through HFSampler."""
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 
@@ -12,27 +11,18 @@ from envace_engine.jsonl_sink import JsonlSink, read_episodes
 from envace_engine.rollout import RolloutConfig, rollout, rollout_metrics, score_inputs
 from envace_engine.tokens import training_rows
 from envace_engine.types import Mode, Role, StopReason
-from tests.kv_world import KVSuite, Scripted, ScriptedSampler, is_rehearse_prompt, last_message
+from tests.kv_world import (
+    KVSuite,
+    Scripted,
+    ScriptedSampler,
+    both,
+    call_text,
+    good_agent,
+    is_rehearse_prompt,
+    last_message,
+)
 
 SUITE = KVSuite()
-
-
-def _call(name: str, **args) -> str:
-    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': args})}\n</tool_call>"
-
-
-def good_agent(prompt: str) -> str:
-    """Calls the right tool for the current user turn, then answers from the tool result."""
-    role, content = last_message(prompt)
-    if role == "tool":
-        value = re.search(r'"value": (\d+)', content)
-        return f"It is {value.group(1)}." if value else "Stored."
-    key = re.search(r"(Set|What is) (\w)", content)
-    assert key is not None, content
-    if key.group(1) == "Set":
-        value = re.search(r"to (\d+)", content).group(1)
-        return _call("set", key=key.group(2), value=int(value))
-    return _call("get", key=key.group(2))
 
 
 def world(prompt: str) -> str:
@@ -41,11 +31,6 @@ def world(prompt: str) -> str:
     if "name: get" in call:
         return 'Looks fine.\n<execution_result>{"value": 7}</execution_result>'
     return '<execution_result>{"ok": true}</execution_result>'
-
-
-def both(agent, world_fn):
-    """One script for both roles (the same policy plays them)."""
-    return lambda prompt: world_fn(prompt) if is_rehearse_prompt(prompt) else agent(prompt)
 
 
 def _run(script, tokenizer, tasks=None, group_size=2, **config):
@@ -150,7 +135,7 @@ def test_several_calls_in_one_reply(tokenizer):
         role, _ = last_message(prompt)
         if role == "tool":
             return "Done."
-        return _call("set", key="x", value=5) + "\n" + _call("get", key="x")
+        return call_text("set", key="x", value=5) + "\n" + call_text("get", key="x")
 
     seen = []
 
@@ -174,7 +159,7 @@ def test_truncated_reply_with_a_complete_call_continues(tokenizer):
         role, _ = last_message(prompt)
         if role == "tool":
             return "Fine."
-        return Scripted(_call("get", key="a") + " and then", finish="length")
+        return Scripted(call_text("get", key="a") + " and then", finish="length")
 
     tasks = [SUITE.tasks()[0]]
     episodes, _ = _run(both(agent, world), tokenizer, tasks=tasks, group_size=1)
@@ -203,12 +188,13 @@ def test_stop_reasons(tokenizer):
     assert garbled.stop_reason is StopReason.UNPARSEABLE_REHEARSAL
     assert "MISSING_EXECUTION_RESULT" in garbled.stop_detail
     assert len(garbled.rehearsals) == 1 and garbled.calls[0].rehearsed is None
-    looping = _stop(both(lambda p: _call("get", key="a"), world), tokenizer, max_turns=3)
+    looping = _stop(both(lambda p: call_text("get", key="a"), world), tokenizer, max_turns=3)
     assert looping.stop_reason is StopReason.TURN_LIMIT
     assert [s.role for s in looping.segments].count(Role.ACT) == 3
     cut = _stop(both(lambda p: Scripted("I think", "length"), world), tokenizer)
     assert cut.stop_reason is StopReason.TRUNCATED
-    tokens = _stop(both(lambda p: _call("get", key="a"), world), tokenizer, max_episode_tokens=30)
+    get_a = both(lambda p: call_text("get", key="a"), world)
+    tokens = _stop(get_a, tokenizer, max_episode_tokens=30)
     assert tokens.stop_reason is StopReason.TOKEN_LIMIT
     assert _stop(both(good_agent, world), tokenizer, context_limit=200).stop_reason is (
         StopReason.CONTEXT_LIMIT

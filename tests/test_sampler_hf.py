@@ -10,7 +10,8 @@ import torch
 from envace_engine.models import resolve
 from envace_engine.samplers import make_sampler
 from envace_engine.samplers.base import Generation, Sampler, SamplingParams
-from envace_engine.samplers.hf import HFSampler, shared_prefix_len, truncate_logits
+from envace_engine.samplers.hf import HFSampler, shared_prefix_len
+from envace_engine.samplers.sampling import sample_categorical, truncate_logits
 from envace_engine.samplers.sglang import SGLangSampler
 
 GREEDY = SamplingParams(max_new_tokens=10, temperature=0.0)
@@ -230,8 +231,6 @@ def test_smollm2_batch_equals_alone_and_logprobs_teacher_forced(tokenizer):
 
 
 def test_inverse_cdf_sampling_follows_the_probabilities_and_never_draws_a_zero():
-    from envace_engine.samplers.hf import sample_categorical
-
     probs = torch.tensor([[0.1, 0.0, 0.2, 0.7]]).expand(200_000, 4).contiguous()
     draws = sample_categorical(probs, torch.Generator().manual_seed(0))
     freq = torch.bincount(draws, minlength=4).double() / len(draws)

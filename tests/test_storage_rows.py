@@ -39,7 +39,7 @@ from storage import RunWriter, rows
 from storage.rows import iter_step_tables, step_tables
 from storage.schema import CALLS, EPISODES, REHEARSALS, SEGMENTS, WRITE_ORDER
 from storage.synthetic import make_step
-from tests.kv_world import KVSuite, ScriptedSampler, is_rehearse_prompt, last_message
+from tests.kv_world import KVSuite, ScriptedSampler, both, good_agent
 
 # The tokenizer pattern as first written: fidelity's faster one must find the same tokens.
 READABLE_TOKEN = re.compile(
@@ -301,22 +301,6 @@ def test_tables_built_in_chunks_match_the_reference(monkeypatch):
     assert_same_tables("chunks", 15, episodes)
 
 
-def good_agent(prompt: str) -> str:
-    """Sets the asked value, then reads it back and answers from the tool message."""
-    role, content = last_message(prompt)
-    if role == "tool":
-        value = re.search(r'"value": (\d+)', content)
-        return f"It is {value.group(1)}." if value else "Stored."
-    key = re.search(r"(Set|What is) (\w)", content)
-    assert key is not None, content
-    if key.group(1) == "Set":
-        value = re.search(r"to (\d+)", content).group(1)
-        call = {"name": "set", "arguments": {"key": key.group(2), "value": int(value)}}
-    else:
-        call = {"name": "get", "arguments": {"key": key.group(2)}}
-    return f"<tool_call>\n{json.dumps(call)}\n</tool_call>"
-
-
 def world(prompt: str) -> str:
     """Rehearses ``set`` right, ``get`` with a wrong value, and ``ok`` as a failure for kv-c."""
     call = prompt.split("Tool call to simulate:")[-1]
@@ -330,9 +314,7 @@ def world(prompt: str) -> str:
 @pytest.fixture(scope="module")
 def rollout_episodes(tokenizer) -> list[Episode]:
     """Episodes of the real rollout loop (rehearsal mode, a shadow real store)."""
-    sampler = ScriptedSampler(
-        tokenizer, lambda p: world(p) if is_rehearse_prompt(p) else good_agent(p)
-    )
+    sampler = ScriptedSampler(tokenizer, both(good_agent, world))
     config = RolloutConfig(seed=0)
     episodes = rollout(KVSuite().tasks(), KVSuite(), sampler, tokenizer, config, 3, run_id="kv")
     return [

@@ -28,6 +28,7 @@ import torch
 
 from envace_engine.samplers.base import Generation, SamplingParams
 from envace_engine.samplers.kv import slab_cache
+from envace_engine.samplers.sampling import pick_tokens
 
 if TYPE_CHECKING:
     from envace_engine.samplers.hf import HFSampler
@@ -105,7 +106,8 @@ class DecodeSession:
             cache=self.cache,
             use_cache=True,
         )
-        tokens, logprobs = self.s.pick(out.logits[:, -1, :].float(), self.params, self.generator)
+        logits = out.logits[:, -1, :].float()
+        tokens, logprobs = pick_tokens(logits, self.params, self.generator)
         for j in busy:
             finished.extend(self._take(j, int(tokens[j]), float(logprobs[j])))
         self.next_input[:k] = tokens
