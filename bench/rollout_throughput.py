@@ -120,6 +120,10 @@ def run_engine(
         "episodes": len(episodes),
         "generations": len(recorder.calls),
         "sampler_steps": recorder.batches,
+        # prompt tokens the engine ran through the model (the rest came from its prefix cache)
+        # against the prompt tokens the naive baseline prefills for the same generations
+        "engine_prefilled_tokens": recorder.inner.prefilled,
+        "naive_prefill_tokens": sum(len(c[0]) for c in recorder.calls),
         "drift": metrics["rollout/drift"],
         "stop_reasons": {
             k.removeprefix("rollout/stop/"): v
