@@ -5,9 +5,11 @@ episodes), multi-turn, worked examples on (the embedded default). ``--quick``: 2
 2, one reply per user turn, shorter generations.
 
 * engine: ``rollout()`` with ``HFSampler`` — continuous batching (an episode's next act or
-  rehearse request joins the running decode batch as soon as its last one finishes) and the
-  prefix K/V cache (each request prefills only tokens no earlier request computed). A
-  recording wrapper keeps each generation's prompt and length.
+  rehearse request joins the running decode batch as soon as its last one finishes), the
+  prefix K/V cache (each request prefills only tokens no earlier request computed), shared
+  prompt slots with cascade attention (a GRPO group's prompt K/V is held and read once), and
+  oneDNN-packed linear weights (``--no-packed`` turns those off). A recording wrapper keeps
+  each generation's prompt and length.
 * naive: the same prompts replayed one at a time with ``model.generate`` (batch 1), each
   forced to produce exactly as many tokens as the engine's generation did (min = max new
   tokens), so both do the same work. The full run replays every generation (a few minutes:
@@ -16,6 +18,9 @@ episodes), multi-turn, worked examples on (the embedded default). ``--quick``: 2
 
 Rates are medians over ``--repeats`` engine runs (one naive pass per repeat). Prints one JSON
 object as the last line: engine and naive tokens/s, ``ratio`` = engine / naive tokens/s.
+``--naive-packed`` replays the naive baseline a second time with the engine's packed linear
+weights and adds ``naive_packed_tok_s`` and ``ratio_vs_naive_packed``: how much of the ratio
+is batching and caching rather than the faster GEMM.
 """
 
 from __future__ import annotations
@@ -111,7 +116,10 @@ def run_engine(
         seed=args.seed,
         n_examples=2,
     )
-    recorder = RecordingSampler(HFSampler(model, tokenizer, batch_size=args.batch_size))
+    sampler = HFSampler(
+        model, tokenizer, batch_size=args.batch_size, packed_weights=not args.no_packed
+    )
+    recorder = RecordingSampler(sampler)
     start = time.perf_counter()
     episodes = rollout(tasks, suite, recorder, tokenizer, config, args.group, example_pool=pool)
     seconds = time.perf_counter() - start
@@ -135,17 +143,29 @@ def run_engine(
 
 
 def run_naive(
-    model: Any, tokenizer: Any, recorder: RecordingSampler, args: argparse.Namespace
+    model: Any,
+    tokenizer: Any,
+    recorder: RecordingSampler,
+    args: argparse.Namespace,
+    packed: bool = False,
 ) -> tuple[int, float, list[float]]:
-    """Replay a sample of the engine's generations at batch 1; (tokens, seconds, rates)."""
+    """Replay a sample of the engine's generations at batch 1; (tokens, seconds, rates).
+
+    ``packed``: with the engine's oneDNN-packed linear weights (``samplers/packed.py``), to
+    separate what batching and caching gain from what the faster GEMM gains.
+    """
     import torch
+
+    from envace_engine.samplers.packed import PackedLinears
+
+    kernels = PackedLinears(model, enabled=packed)
 
     calls = [c for c in recorder.calls if c[2] > 0]
     sample = random.Random(args.seed).sample(calls, min(args.naive_sample, len(calls)))
     tokens, seconds, rates = 0, 0.0, []
     for prompt, params, length in sample:
         start = time.perf_counter()
-        with torch.inference_mode():
+        with torch.inference_mode(), kernels.active():
             out = model.generate(
                 torch.tensor([prompt]),
                 max_new_tokens=length,
@@ -173,6 +193,14 @@ def main() -> None:
     parser.add_argument(
         "--naive-sample", type=int, default=0, help="generations replayed (default: all; 3 quick)"
     )
+    parser.add_argument(
+        "--no-packed", action="store_true", help="engine without oneDNN-packed linear weights"
+    )
+    parser.add_argument(
+        "--naive-packed",
+        action="store_true",
+        help="also replay the naive baseline with the engine's packed linear weights",
+    )
     args = parser.parse_args()
     args.tasks, args.group = (2, 2) if args.quick else (8, 4)
     args.max_turns = 1 if args.quick else 3
@@ -186,7 +214,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     spec = resolve("smollm2-135m")
     tokenizer, model = load_tokenizer(spec), load_model(spec)
-    engine_rates, naive_rates, runs = [], [], []
+    engine_rates, naive_rates, packed_rates, runs = [], [], [], []
     for _ in range(args.repeats):
         seconds, recorder, stats = run_engine(model, tokenizer, args)
         generated = sum(c[2] for c in recorder.calls)
@@ -203,6 +231,10 @@ def main() -> None:
                 **stats,
             }
         )
+        if args.naive_packed:
+            tokens, naive_s, _ = run_naive(model, tokenizer, recorder, args, packed=True)
+            packed_rates.append(tokens / naive_s)
+            runs[-1]["naive_packed_s"] = round(naive_s, 2)
         print(json.dumps(runs[-1]), flush=True)
     engine = statistics.median(engine_rates)
     naive = statistics.median(naive_rates)
@@ -212,11 +244,16 @@ def main() -> None:
         "workload": f"{args.tasks} tasks x group {args.group}, toy, rehearsal, "
         f"max_turns {args.max_turns}, max_new_tokens {args.max_new_tokens}",
         "threads": args.threads,
+        "packed_weights": not args.no_packed,
         "engine_tok_s": round(engine, 2),
         "naive_tok_s": round(naive, 2),
         "ratio": round(engine / naive, 2),
         "runs": runs,
     }
+    if packed_rates:
+        naive_packed = statistics.median(packed_rates)
+        result["naive_packed_tok_s"] = round(naive_packed, 2)
+        result["ratio_vs_naive_packed"] = round(engine / naive_packed, 2)
     print(json.dumps(result))
 
 

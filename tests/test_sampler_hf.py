@@ -238,3 +238,17 @@ def test_inverse_cdf_sampling_follows_the_probabilities_and_never_draws_a_zero()
     assert torch.allclose(freq, probs[0].double(), atol=0.005)
     again = sample_categorical(probs[:5], torch.Generator().manual_seed(0))
     assert torch.equal(again, draws[:5])  # seeded: reproducible
+
+
+def test_two_level_inverse_cdf_picks_the_token_a_flat_float64_cdf_picks():
+    # The block search must land exactly where one float64 cumulative sum over the whole row
+    # puts each draw, for a vocabulary that is not a whole number of blocks.
+    gen = torch.Generator().manual_seed(1)
+    probs = torch.rand(4000, 1000, generator=gen) ** 8  # peaked rows, mass spread over blocks
+    probs[:, 300:700] = 0  # whole blocks with no mass
+    probs /= probs.sum(dim=1, keepdim=True)
+    got = sample_categorical(probs, torch.Generator().manual_seed(7))
+    draw = torch.rand((4000, 1), generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+    cdf = probs.double().cumsum(dim=1)
+    want = torch.searchsorted(cdf, draw * cdf[:, -1:], right=True).squeeze(1)
+    assert torch.equal(got, want)

@@ -28,7 +28,8 @@ import torch
 from transformers.cache_utils import Cache
 
 from envace_engine.samplers.base import Generation, SamplingParams
-from envace_engine.samplers.kv import PrefixCache, SlabLayer, row_kv
+from envace_engine.samplers.kv import PrefixCache, SlabLayer
+from envace_engine.samplers.packed import PackedLinears
 from envace_engine.samplers.session import DecodeSession
 from envace_engine.samplers.validation import check_request
 
@@ -44,7 +45,9 @@ class HFSampler:
     ``prefix_reuse`` shares prompt prefixes: within a call (a prefix common to several prompts
     is prefilled once) and, up to ``prefix_cache_tokens`` cached tokens, across calls. The
     default budget holds the recent sequences of a 32-episode GRPO batch of a small model
-    (SmolLM2-135M: 46 KB of fp32 K/V per token, so 65536 tokens = 3 GB).
+    (SmolLM2-135M: 46 KB of fp32 K/V per token, so 65536 tokens = 3 GB). ``packed_weights``
+    runs the forwards from oneDNN-packed copies of the linear weights (``packed.py``: faster on
+    a CPU, one more copy of the weights in memory).
     """
 
     def __init__(
@@ -55,6 +58,7 @@ class HFSampler:
         batch_size: int = 32,
         prefix_reuse: bool = True,
         prefix_cache_tokens: int = 65536,
+        packed_weights: bool = True,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size={batch_size}: use at least 1 prompt per forward batch")
@@ -63,6 +67,7 @@ class HFSampler:
         self.batch_size = batch_size
         self.prefix_reuse = prefix_reuse
         self.cache = PrefixCache(prefix_cache_tokens if prefix_reuse else 0)
+        self.packed = PackedLinears(model, enabled=packed_weights)  # CPU only: see packed.py
         self._weights_stamp: tuple[int, ...] = ()
         self.prefilled = 0  # prompt tokens actually run through the model (metrics, tests)
         self.eos_ids = _eos_ids(model, tokenizer)
@@ -151,10 +156,15 @@ class HFSampler:
             self.cache.insert(tokens, kv)
         return kv
 
-    def remember_row(self, tokens: list[int], cache: Any, row: int, start: int) -> None:
-        """Keep a finished row's K/V (``tokens``, from slab column ``start`` on) for later."""
-        if self.prefix_reuse and self.cache.max_tokens > 0:
-            self.cache.insert(tokens, row_kv(cache, row, start, start + len(tokens)))
+    @property
+    def keeps_sequences(self) -> bool:
+        """Whether finished sequences are kept for later prompts (``remember``)."""
+        return self.prefix_reuse and self.cache.max_tokens > 0
+
+    def remember(self, tokens: list[int], kv: torch.Tensor) -> None:
+        """Keep a finished sequence's K/V (``[layers, 2, H, len(tokens), D]``) for later."""
+        if self.keeps_sequences:
+            self.cache.insert(tokens, kv)
 
     def _prefill(self, tokens: list[int]) -> torch.Tensor:
         """K/V of ``tokens``: their longest cached prefix copied, the rest run through the model.
@@ -170,7 +180,7 @@ class HFSampler:
             kv[:, :, 0, :, :held] = entry.kv[:, :, :, :held]
         cache = Cache(layers=[SlabLayer(kv[i, 0], kv[i, 1], held) for i in range(self.n_layers)])
         device = self.model.device
-        self.model(
+        self.forward(
             input_ids=torch.tensor([tokens[held:]], device=device),
             attention_mask=torch.ones((1, len(tokens)), dtype=torch.long, device=device),
             position_ids=torch.arange(held, len(tokens), device=device)[None],
@@ -180,6 +190,11 @@ class HFSampler:
         )
         self.prefilled += len(tokens) - held
         return kv[:, :, 0]
+
+    def forward(self, **inputs: Any) -> Any:
+        """One forward of the model with the packed linear weights (``packed``)."""
+        with self.packed.active():
+            return self.model(**inputs)
 
     def finish(self, ids: list[int], logprobs: list[float], reason: str) -> Generation:
         """A finished generation; its text drops a final stop token."""

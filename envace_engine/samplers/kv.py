@@ -32,60 +32,80 @@ BLOCK = 16  # tokens per hashed block: lookups walk blocks, then extend token by
 
 
 class SlabLayer(DynamicLayer):
-    """One layer's K/V in a preallocated slab; ``keys``/``values`` are views of the filled part."""
+    """One layer's K/V in a preallocated slab; ``keys``/``values`` are views of the filled part.
+
+    The slab is ``[batch, kv_heads, capacity, head_dim]``; the filled part is columns
+    ``[begin, end)``. Appending writes after ``end``; ``drop_left`` moves ``begin`` right (a
+    view). Every column of the slab is always finite (allocations are zeroed, and only K/V is
+    written), so a padding column left over from an earlier row is harmless behind the mask:
+    its weight is exactly 0, and 0 times a finite value is 0.
+    """
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor, length: int) -> None:
         super().__init__()
-        self._k, self._v, self.length = keys, values, length
+        self._k, self._v = keys, values
+        self.begin, self.end = 0, length
         self.rows = keys.shape[0]  # the forward runs on rows [0, rows) (a view, no copy)
         self.device = keys.device
         self.is_initialized = True
         self._refresh()
 
+    @property
+    def length(self) -> int:
+        """Filled columns."""
+        return self.end - self.begin
+
     def _refresh(self) -> None:
-        self.keys = self._k[: self.rows, :, : self.length]
-        self.values = self._v[: self.rows, :, : self.length]
+        self.keys = self._k[: self.rows, :, self.begin : self.end]
+        self.values = self._v[: self.rows, :, self.begin : self.end]
 
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args: object, **kwargs: object
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write the new positions after the filled part (growing the slab if it is full)."""
-        end = self.length + key_states.shape[-2]
-        if end > self._k.shape[-2]:
-            self._grow(end)
-        self._k[: self.rows, :, self.length : end] = key_states
-        self._v[: self.rows, :, self.length : end] = value_states
-        self.length = end
+        """Write the new positions after the filled part (making room if the slab is full)."""
+        n = key_states.shape[-2]
+        if self.end + n > self._k.shape[-2]:
+            self._reserve(self.length + n)
+        self._k[: self.rows, :, self.end : self.end + n] = key_states
+        self._v[: self.rows, :, self.end : self.end + n] = value_states
+        self.end += n
         self._refresh()
         return self.keys, self.values
 
-    def _grow(self, needed: int) -> None:
-        capacity = max(needed, 2 * self._k.shape[-2])
+    def _reserve(self, needed: int) -> None:
+        """Move the filled part to column 0 of a slab with room for ``needed`` columns.
+
+        The same slab when it is wide enough (the filled part slid left), else one twice as wide
+        (or ``needed``, when that is more).
+        """
+        capacity = self._k.shape[-2]
+        if needed > capacity:
+            capacity = max(needed, 2 * capacity)
+        length = self.length
         for name in ("_k", "_v"):
             old = getattr(self, name)
-            new = old.new_empty(*old.shape[:2], capacity, old.shape[-1])  # written before read
-            new[:, :, : self.length] = old[:, :, : self.length]
-            setattr(self, name, new)
-
-    def shift_right(self, n: int) -> None:
-        """Make ``n`` more filled columns on the left (padding: the mask must hide them)."""
-        if self.length == 0 and n < self._k.shape[-2]:  # empty: reuse the slab as it is
-            self.length = n
-        else:
-            for name in ("_k", "_v"):
-                old = getattr(self, name)
-                new = old.new_empty(*old.shape[:2], old.shape[-2] + n, old.shape[-1])
-                new[:, :, :n] = 0  # padding must be finite: masked weights are 0, and 0*NaN is NaN
-                new[:, :, n : n + self.length] = old[:, :, : self.length]
+            live = old[:, :, self.begin : self.end]
+            if capacity == old.shape[-2]:
+                old[:, :, :length] = live.clone()  # overlapping ranges: copy through a buffer
+            else:
+                new = old.new_zeros(*old.shape[:2], capacity, old.shape[-1])
+                new[:, :, :length] = live
                 setattr(self, name, new)
-            self.length += n
-        self._refresh()
+        self.begin, self.end = 0, length
 
     def drop_left(self, n: int) -> None:
-        """Forget the first ``n`` filled columns (a view of the same slab: no copy)."""
-        self._k, self._v = self._k[:, :, n:], self._v[:, :, n:]
-        self.length -= n
+        """Forget the first ``n`` filled columns (no copy)."""
+        self.begin += n
         self._refresh()
+
+    def move_row(self, src: int, dst: int) -> None:
+        """Copy row ``src``'s filled columns into row ``dst``."""
+        for store in (self._k, self._v):
+            store[dst, :, self.begin : self.end] = store[src, :, self.begin : self.end]
+
+    def row(self, j: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Row ``j``'s filled columns, ``([kv_heads, length, head_dim], ...)``, as views."""
+        return self._k[j, :, self.begin : self.end], self._v[j, :, self.begin : self.end]
 
     def get_seq_length(self) -> int:
         """Filled positions (padding included: the attention mask hides it)."""
@@ -114,24 +134,13 @@ def slab_cache(
 ) -> Cache:
     """An empty cache of ``SlabLayer``s with room for ``capacity`` positions per row.
 
-    Uninitialised: a row's columns must be written (or zeroed) before a forward reads them;
-    ``DecodeSession`` does that when a request takes the row.
+    Zeroed, so that every column is finite from the start (see ``SlabLayer``).
     """
     layers = []
     for _ in range(n_layers):
-        k = like.new_empty(batch, kv_heads, capacity, head_dim)
-        layers.append(SlabLayer(k, torch.empty_like(k), 0))
+        k = like.new_zeros(batch, kv_heads, capacity, head_dim)
+        layers.append(SlabLayer(k, torch.zeros_like(k), 0))
     return Cache(layers=layers)
-
-
-def row_kv(cache: Cache, row: int, start: int, end: int) -> torch.Tensor:
-    """A copy of one batch row's K/V in columns ``[start, end)``: ``[layers, 2, H, L, D]``."""
-    first = cache.layers[0]._k
-    out = first.new_empty(len(cache.layers), 2, first.shape[1], end - start, first.shape[-1])
-    for i, layer in enumerate(cache.layers):
-        out[i, 0] = layer._k[row, :, start:end]
-        out[i, 1] = layer._v[row, :, start:end]
-    return out
 
 
 @dataclass

@@ -26,26 +26,43 @@ def pick_tokens(
         return tokens, logp.gather(1, tokens[:, None]).squeeze(1)
     scaled = logits / params.temperature
     logp = torch.log_softmax(scaled, dim=-1)
-    filtered = truncate_logits(scaled, params.top_k, params.top_p)
-    tokens = sample_categorical(torch.softmax(filtered, dim=-1), generator)
+    if 0 < params.top_k < scaled.shape[-1] or params.top_p < 1.0:
+        probs = torch.softmax(truncate_logits(scaled, params.top_k, params.top_p), dim=-1)
+    else:  # nothing truncated: the sampling distribution is exp(logp)
+        probs = logp.exp()
+    tokens = sample_categorical(probs, generator)
     return tokens, logp.gather(1, tokens[:, None]).squeeze(1)
+
+
+CDF_BLOCK = 256  # tokens per block of the two-level inverse CDF
 
 
 def sample_categorical(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     """One index per row of ``probs`` by inverse CDF: one uniform draw per row.
 
     ``torch.multinomial`` costs ~30 ms for 32 rows of SmolLM2's 49152-token vocabulary on a CPU
-    (as does any method drawing one random number per token); a float64 cumulative sum and a
-    binary search take ~3 ms. Float64 keeps the cumulative sum exact enough that no token's
-    probability is biased; a draw landing on a zero-probability token (possible only through
-    rounding at the very end of the sum) is replaced by the row's most likely token.
+    (as does any method drawing one random number per token). Here the draw ``u`` (float64,
+    scaled by the row's total mass) is located in two levels: first the block of
+    ``CDF_BLOCK`` tokens whose float64 cumulative block mass passes ``u``, then the token
+    inside that block, so only block sums and one block per row are ever accumulated. Float64
+    keeps the cumulative sums exact enough that no token's probability is biased; a draw
+    landing on a zero-probability token (possible only through rounding at the end of a sum)
+    is replaced by the row's most likely token.
     """
-    cdf = probs.double().cumsum(dim=-1)
-    draw = torch.rand(
-        (probs.shape[0], 1), generator=generator, dtype=torch.float64, device=probs.device
-    )
-    index = torch.searchsorted(cdf, draw * cdf[:, -1:], right=True)
-    index = index.clamp(max=probs.shape[1] - 1).squeeze(1)
+    rows, vocab = probs.shape
+    pad = -vocab % CDF_BLOCK
+    blocks = torch.nn.functional.pad(probs, (0, pad)) if pad else probs
+    blocks = blocks.view(rows, -1, CDF_BLOCK)
+    mass = blocks.sum(dim=-1, dtype=torch.float64)  # [rows, blocks]
+    cdf = mass.cumsum(dim=-1)
+    draw = torch.rand((rows, 1), generator=generator, dtype=torch.float64, device=probs.device)
+    draw = draw * cdf[:, -1:]
+    block = torch.searchsorted(cdf, draw, right=True).clamp(max=mass.shape[1] - 1)
+    rest = draw - (cdf.gather(1, block) - mass.gather(1, block))  # mass left inside the block
+    inside = blocks.gather(1, block[:, :, None].expand(rows, 1, CDF_BLOCK)).squeeze(1)
+    within = torch.searchsorted(inside.double().cumsum(dim=-1), rest, right=True)
+    index = (block * CDF_BLOCK + within.clamp(max=CDF_BLOCK - 1)).squeeze(1)
+    index = index.clamp(max=vocab - 1)
     possible = probs.gather(1, index[:, None]).squeeze(1) > 0
     return torch.where(possible, index, probs.argmax(dim=-1))
 

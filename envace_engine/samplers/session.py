@@ -7,14 +7,15 @@ steps, so an episode's rehearsal starts decoding beside the other episodes' repl
 SGLang's scheduler. ``HFSampler.generate`` is a session whose requests are all submitted up
 front; the rollout submits each episode's next request when its last one finishes.
 
-Layout. One slab per layer, ``[slots, kv_heads, columns, head_dim]`` (``kv.SlabLayer``). All
-rows write the same column each step; a row's K/V sits right-aligned before the column where
-it joined, behind masked padding, and its position ids count only its own tokens. A row joins
-with every prompt token but the last already in K/V (from ``kv.PrefixCache`` or one prefill
-pass) and feeds that last token in its first decode step, whose logits give its first sample.
-The forward runs on slots ``[0, k)`` (a view, no copy), where ``k`` is one past the highest
-busy slot; free slots inside that range decode a dummy token whose output is ignored. When a
-longer prompt joins than the filled columns can hold, the slab grows on the left (one copy).
+Layout. A row's prompt (every token but the last) sits in a ``cascade.PromptSlab`` slot, once
+per distinct prompt: the rows of a GRPO group share one copy, and decode attention reads it
+once for all of them (``cascade``). The row's own columns, in one ``kv.SlabLayer`` per layer
+(``[slots, kv_heads, columns, head_dim]``), hold only what the row fed since it joined: its
+last prompt token, whose logits give its first sample, then each sampled token. All rows write
+the same column each step; a row's columns start where it joined, behind masked padding, and
+its position ids continue its prompt's. The forward runs on slots ``[0, k)`` (a view, no copy),
+where ``k`` is one past the highest busy slot; free slots inside that range decode a dummy
+token whose output is ignored.
 """
 
 from __future__ import annotations
@@ -26,15 +27,21 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from envace_engine.samplers import cascade
 from envace_engine.samplers.base import Generation, SamplingParams
+from envace_engine.samplers.cascade import PromptSlab
 from envace_engine.samplers.kv import slab_cache
 from envace_engine.samplers.sampling import pick_tokens
 
 if TYPE_CHECKING:
     from envace_engine.samplers.hf import HFSampler
 
-LEFT_MARGIN = 64  # extra columns when the slab grows left: fewer whole-slab copies
 TRIM_AT = 64  # drop unused leading columns once there are this many
+FIRST_COLUMNS = 256  # the rows' slab starts this wide and doubles when full
+# A prompt that begins like a held sequence uses it when they share at least MIN_SHARED tokens
+# and at most MAX_REST of the prompt are left: a longer rest would widen every rest slot.
+MIN_SHARED = 64
+MAX_REST = 256
 
 
 @dataclass
@@ -62,11 +69,18 @@ class DecodeSession:
         self.queue: deque[_Request] = deque()
         self.rows: list[_Request | None] = [None] * slots
         self.done: list[tuple[Hashable, Generation]] = []
-        self.cache = None  # the slab (a transformers Cache of SlabLayers), made on first use
-        device = sampler.model.device
-        self.mask = torch.zeros((slots, 0), dtype=torch.long, device=device)
+        s = sampler
+        like = next(s.model.parameters())
+        self.cache = slab_cache(s.n_layers, slots, s.kv_heads, s.head_dim, FIRST_COLUMNS, like)
+        # Prompts in two levels: a held token sequence (a whole prompt, or the part a prompt
+        # shares with one), then the rest of the prompt when it began like a held one.
+        self.prefixes = PromptSlab(s.n_layers, slots, s.kv_heads, s.head_dim, like)
+        self.rests = PromptSlab(s.n_layers, slots, s.kv_heads, s.head_dim, like)
+        device = s.model.device
+        self.mask = torch.zeros((slots, 0), dtype=torch.bool, device=device)
         self.next_input = torch.zeros(slots, dtype=torch.long, device=device)
         self.next_pos = torch.zeros(slots, dtype=torch.long, device=device)
+        self._blocked = torch.tensor(float("-inf"), dtype=like.dtype, device=device)
 
     @property
     def busy(self) -> bool:
@@ -99,13 +113,16 @@ class DecodeSession:
         self.mask = torch.cat([self.mask, self.mask.new_ones(len(self.rows), 1)], dim=1)
         for layer in self.cache.layers:
             layer.rows = k
-        out = self.s.model(
-            input_ids=self.next_input[:k, None],
-            attention_mask=self.mask[:k],
-            position_ids=self.next_pos[:k, None],
-            cache=self.cache,
-            use_cache=True,
-        )
+        # Additive [k, 1, 1, columns] mask: transformers passes a 4D mask through untouched.
+        mask = torch.where(self.mask[:k, None, None, :], 0.0, self._blocked)
+        with cascade.active(self.s.model, (self.prefixes, self.rests)):
+            out = self.s.forward(
+                input_ids=self.next_input[:k, None],
+                attention_mask=mask,
+                position_ids=self.next_pos[:k, None],
+                cache=self.cache,
+                use_cache=True,
+            )
         logits = out.logits[:, -1, :].float()
         tokens, logprobs = pick_tokens(logits, self.params, self.generator)
         for j in busy:
@@ -113,19 +130,39 @@ class DecodeSession:
         self.next_input[:k] = tokens
         self.next_pos[:k] += 1
         if finished:
+            self._compact()
             self._trim()
         return finished
 
+    def _compact(self) -> None:
+        """Move the highest busy rows into free lower slots, so the busy rows are ``[0, n)``.
+
+        Every forward runs on all slots below the highest busy one, idle or not. A row's own
+        columns are only what it generated, so moving it is a small copy.
+        """
+        while True:
+            free = next((j for j, r in enumerate(self.rows) if r is None), len(self.rows))
+            last = max((j for j, r in enumerate(self.rows) if r is not None), default=-1)
+            if last < free:
+                return
+            self.rows[free], self.rows[last] = self.rows[last], None
+            for values in (self.next_input, self.next_pos, self.mask):
+                values[free] = values[last]
+            for layer in self.cache.layers:
+                layer.move_row(last, free)
+            self.prefixes.move(last, free)
+            self.rests.move(last, free)
+
     def _trim(self) -> None:
-        """Drop leading columns that no busy row uses (after long rows left the batch).
+        """Drop leading columns that no busy row uses (after long-running rows left).
 
         Every step's attention reads all filled columns of every row, so columns kept only for
-        a finished long prompt slow down the rows still decoding. Dropping them is a view of
-        the slab (no copy); an empty session starts again from column 0.
+        a finished row slow down the rows still decoding. Dropping them moves the slab's start
+        (no copy); an empty session starts again from column 0.
         """
         busy = [j for j, r in enumerate(self.rows) if r is not None]
         width = self.mask.shape[1]
-        cut = width if not busy else int(self.mask[busy].argmax(dim=1).min())
+        cut = width if not busy else int(self.mask[busy].int().argmax(dim=1).min())
         if cut < TRIM_AT and busy:
             return
         self.mask = self.mask[:, cut:]
@@ -144,55 +181,66 @@ class DecodeSession:
             reason = "length"
         else:
             return []
-        # The slab holds K/V of the prompt and of every sampled token but the last, in the
-        # columns since the row joined (right-aligned prompt, then one column per step).
-        tokens = row.prompt + row.ids[:-1]
-        start = self.mask.shape[1] - len(tokens)
-        self.s.remember_row(tokens, self.cache, j, start)
+        if self.s.keeps_sequences:
+            self.s.remember(row.prompt + row.ids[:-1], self._row_kv(j, len(row.ids)))
+        self.prefixes.leave(j)
+        self.rests.leave(j)
         self.rows[j] = None
         return [(row.key, self.s.finish(row.ids, row.logprobs, reason))]
 
+    def _row_kv(self, j: int, fed: int) -> torch.Tensor:
+        """Row ``j``'s whole sequence K/V, ``[layers, 2, H, len, D]``: its prompt (held prefix,
+        then rest), then the ``fed`` columns it wrote (last prompt token, samples but the last)."""
+        s = self.s
+        n = len(self.rows[j].prompt) - 1  # type: ignore[union-attr]
+        out = self.prefixes.like.new_empty(s.n_layers, 2, s.kv_heads, n + fed, s.head_dim)
+        for i, layer in enumerate(self.cache.layers):
+            keys, values = layer.row(j)
+            own = (keys[:, -fed:], values[:, -fed:])
+            start = 0
+            for part in (self.prefixes.row_kv(i, j), self.rests.row_kv(i, j), own):
+                if part is not None:
+                    stop = start + part[0].shape[1]
+                    out[i, 0, :, start:stop], out[i, 1, :, start:stop] = part
+                    start = stop
+        return out
+
     def _admit(self) -> None:
-        """Move queued requests into free slots, with their prompts (but the last token) in K/V."""
+        """Move queued requests into free slots, each with its prompt (but the last token) in a
+        ``PromptSlab`` slot: found there when another row has the same prompt, else from
+        ``HFSampler.prefix_kv`` (the prefix cache, or one prefill pass)."""
         free = [j for j, r in enumerate(self.rows) if r is None]
         joining = [(free[i], self.queue.popleft()) for i in range(min(len(free), len(self.queue)))]
         if not joining:
             return
         self.s.share_prefixes(sorted(r.prompt for _, r in joining))
-        blocks = [(j, r, self.s.prefix_kv(r.prompt[:-1])) for j, r in joining]
-        self._make_room(max(len(r.prompt) - 1 for _, r in joining))
-        width = self.mask.shape[1]
-        for j, request, kv in blocks:
-            n = len(request.prompt) - 1
-            self.mask[j] = 0
-            self.mask[j, width - n :] = 1
-            for i, layer in enumerate(self.cache.layers):
-                # Columns before the prompt are masked padding: zero them (a free row's slab may
-                # hold anything, and masked weights are 0, but 0*NaN is NaN).
-                layer._k[j, :, : width - n] = 0
-                layer._v[j, :, : width - n] = 0
-                if n:
-                    layer._k[j, :, width - n : width] = kv[i, 0]
-                    layer._v[j, :, width - n : width] = kv[i, 1]
+        for j, request in joining:
+            tokens = tuple(request.prompt[:-1])
+            if tokens:
+                self._place_prompt(j, tokens)
+            self.mask[j] = False  # the row's own columns start with its next step
             self.next_input[j] = request.prompt[-1]
-            self.next_pos[j] = n
+            self.next_pos[j] = len(tokens)
             self.rows[j] = request
         self.s.prefilled += len(joining)  # each last prompt token runs in the decode step
 
-    def _make_room(self, needed: int) -> None:
-        """Ensure ``needed`` filled columns exist before the next one (grow left if not)."""
-        width = self.mask.shape[1]
-        if self.cache is None:
-            s = self.s
-            like = next(s.model.parameters())
-            capacity = needed + LEFT_MARGIN + 256
-            self.cache = slab_cache(
-                s.n_layers, len(self.rows), s.kv_heads, s.head_dim, capacity, like
-            )
-        if needed <= width:
+    def _place_prompt(self, j: int, tokens: tuple[int, ...]) -> None:
+        """Give row ``j`` its prompt K/V: all of a held sequence that begins with ``tokens``;
+        else the part a held one shares plus the rest in ``rests``, when the rest is short;
+        else a new held sequence (from ``HFSampler.prefix_kv``: the prefix cache or a prefill)."""
+        n = len(tokens)
+        slot, shared = self.prefixes.longest(tokens)
+        if slot is not None and shared == n:  # a GRPO sibling's prompt, or one extending it
+            self.prefixes.join(j, slot, n)
             return
-        grow = needed - width + (LEFT_MARGIN if width else 0)
-        for layer in self.cache.layers:
-            layer.shift_right(grow)
-        pad = self.mask.new_zeros(len(self.rows), grow)
-        self.mask = torch.cat([pad, self.mask], dim=1)
+        if slot is not None and shared >= MIN_SHARED and n - shared <= MAX_REST:
+            key = (shared, tokens)
+            rest = self.rests.find(key)
+            if rest is None:
+                kv = self.s.prefix_kv(list(tokens))
+                rest = self.rests.place(key, tokens[shared:], kv[:, :, :, shared:])
+            self.prefixes.join(j, slot, shared)
+            self.rests.join(j, rest, n - shared)
+            return
+        slot = self.prefixes.place(tokens, tokens, self.s.prefix_kv(list(tokens)))
+        self.prefixes.join(j, slot, n)
