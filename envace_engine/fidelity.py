@@ -70,6 +70,9 @@ ABS_TOL = 1e-9  # so that 0.0 and float noise around it still match
 NLL_META_KEY = "real_nll"  # Episode.meta key: {call_index: nll per token of the real response}
 # One shared encoder: json.dumps would build a new one per call, a third of the cost here.
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+# For a real answer JSON cannot hold (a tool returned a set, a date): its other parts stay JSON
+# and each such object is its repr(), so the pair is still compared instead of failing.
+_LENIENT = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=repr)
 # Canonical JSON has no whitespace, so these alternatives cover every character of it. Each
 # alternative starts with its own characters, so their order does not change what matches:
 # punctuation comes first because it is the most frequent, and the possessive quantifiers
@@ -207,11 +210,10 @@ def _code_pair(ta: list[str], tb: list[str]) -> tuple[str, str] | None:
     that are equal up to renaming tokens get the same coded pair, and difflib (which only asks
     whether two tokens are equal) matches the same number of tokens in both.
     """
-    if len(ta) + len(tb) <= len(_FIRST_CODES):  # nearly every pair: one pass, no chr() calls
-        codes: dict[str, str] = {}
-        code = codes.setdefault
-        a = "".join([code(t, _FIRST_CODES[len(codes)]) for t in ta])
-        return a, "".join([code(t, _FIRST_CODES[len(codes)]) for t in tb])
+    if len(ta) + len(tb) <= len(_FIRST_CODES):  # nearly every pair: no chr() calls
+        # dict.fromkeys keeps first-sight order over ``ta`` then ``tb``; every loop here is C.
+        code = dict(zip(dict.fromkeys(ta + tb), _FIRST_CODES, strict=False)).__getitem__
+        return "".join(map(code, ta)), "".join(map(code, tb))
     distinct = dict.fromkeys(ta + tb)
     if len(distinct) > _CODE_SPACE:
         return None
@@ -376,6 +378,14 @@ def _key_tiers(predicted: Any, real: Any) -> tuple[float, float]:
     return jaccard, equal / len(shared)
 
 
+def _real_text(real: ToolResult) -> str:
+    """Canonical JSON of the real answer; objects JSON cannot hold become their repr()."""
+    try:
+        return canonical_json(canonical(real))
+    except (TypeError, ValueError):
+        return _LENIENT.encode(canonical(real))
+
+
 def _tiers(
     predicted: ToolResult | None, real: ToolResult, texts: tuple[str, str] | None
 ) -> FidelityTiers | _Unscored:
@@ -387,7 +397,7 @@ def _tiers(
             p_text = canonical_json(canonical(predicted))
         except (TypeError, ValueError):
             return _NOT_PARSED_TIERS
-        texts = (p_text, canonical_json(canonical(real)))
+        texts = (p_text, _real_text(real))
     p_error, r_error = predicted.error, real.error
     status_agree = (p_error is None) == (r_error is None)
     code_agree = None

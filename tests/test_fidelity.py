@@ -7,6 +7,7 @@ import json
 import math
 import random
 import re
+from dataclasses import astuple
 
 import pytest
 from hypothesis import given, settings
@@ -131,6 +132,17 @@ def test_unparsed_or_unserialisable_prediction_is_not_parse_valid():
         f = compare(predicted, ok({"x": 1}))
         assert not f.parse_valid and not f.status_agree
         assert f.score == 0.0
+
+
+def test_a_real_answer_json_cannot_hold_is_still_compared():
+    # The real tool is ground truth even when it returns a set: the pair is scored, not lost.
+    f = compare(ok({"ids": [1, 2], "n": 2}), ok({"ids": {1, 2}, "n": 2}))
+    assert f.parse_valid and f.status_agree and not f.exact
+    assert f.key_jaccard == 1.0 and f.value_match == 0.5  # a list is not a set
+    assert 0.0 < f.text_similarity < 1.0
+    assert score_pairs([(ok({"n": 2}), ok({"n": {2}}), None)])[0] == astuple(
+        compare(ok({"n": 2}), ok({"n": {2}}))
+    )
 
 
 def test_nll_per_token_matches_full_logits(tiny_model):

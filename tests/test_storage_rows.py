@@ -47,8 +47,10 @@ READABLE_TOKEN = re.compile(
 )
 
 
-def plain_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+def plain_json(value: Any, default: Any = None) -> str:
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=default
+    )
 
 
 def reference_fidelity(predicted: ToolResult | None, real: ToolResult) -> Fidelity:
@@ -56,7 +58,9 @@ def reference_fidelity(predicted: ToolResult | None, real: ToolResult) -> Fideli
     fid = compare(predicted, real)
     if predicted is None or not fid.parse_valid or fid.exact:
         return fid
-    tokens = [READABLE_TOKEN.findall(plain_json(canonical(r))) for r in (predicted, real)]
+    # A real value JSON cannot hold is compared with its non-JSON parts as their repr().
+    texts = [plain_json(canonical(r), default=repr) for r in (predicted, real)]
+    tokens = [READABLE_TOKEN.findall(t) for t in texts]
     sim = difflib.SequenceMatcher(None, *tokens, autojunk=False).ratio()
     if not fid.status_agree:
         score = 0.0
@@ -241,6 +245,8 @@ def odd_episode(index: int) -> Episode:
         CallRecord(2, 10, call, "rehearsed", rehearsed=ok({"v": 1}), real=ok({"v": True})),
         CallRecord(2, 11, call, "rehearsed", rehearsed=ok({}), real=ok({})),
         CallRecord(2, 12, call, "rehearsed", rehearsed=ok(None), real=ok({"x": None})),
+        # a real answer JSON cannot hold: stored as its repr, and the pair is still scored
+        CallRecord(2, 13, call, "rehearsed", rehearsed=ok({"s": [1, 2]}), real=ok({"s": {1, 2}})),
     )
     return Episode(
         id=f"odd-{index}",
