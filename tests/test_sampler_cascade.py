@@ -38,15 +38,17 @@ def test_merge_partials_by_hand():
     assert out.item() == pytest.approx(7 / 3) and lse.item() == pytest.approx(math.log(3))
 
 
-def test_attention_with_lse_is_softmax_attention():
+def test_attention_with_lse_is_softmax_attention(monkeypatch):
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, H, n, D, generator=gen) for n in (3, 7, 7))
     mask = torch.zeros(2, 1, 1, 7)
     mask[0, ..., :2] = -math.inf
-    out, lse = attention_with_lse(q, k, v, mask, 0.5)
     scores = q @ k.transpose(-1, -2) * 0.5 + mask
-    assert torch.allclose(lse, torch.logsumexp(scores, dim=-1), atol=1e-5)
-    assert torch.allclose(out, torch.softmax(scores, dim=-1) @ v, atol=1e-5)
+    fused = attention_with_lse(q, k, v, mask, 0.5)
+    monkeypatch.setattr(cascade, "_CPU_FLASH", None)  # the plain-matmul path (GPUs)
+    for out, lse in (fused, attention_with_lse(q, k, v, mask, 0.5)):
+        assert torch.allclose(lse, torch.logsumexp(scores, dim=-1), atol=1e-5)
+        assert torch.allclose(out, torch.softmax(scores, dim=-1) @ v, atol=1e-5)
 
 
 def test_common_prefix_by_hand():

@@ -30,7 +30,8 @@ ROWS_HINT = 32  # the batch size oneDNN tunes the packed layout for (any row cou
 def supported(model: torch.nn.Module) -> bool:
     """Whether the packed path applies: oneDNN present, every linear weight a CPU float tensor."""
     ops = torch.ops.mkldnn
-    if not torch.backends.mkldnn.is_available() or not hasattr(ops, "_linear_pointwise"):
+    needed = ("_linear_pointwise", "_reorder_linear_weight")
+    if not torch.backends.mkldnn.is_available() or not all(hasattr(ops, n) for n in needed):
         return False
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
     return bool(linears) and all(
