@@ -5,6 +5,8 @@ next reply) or for a **world** generation (the rehearsal or simulation of one pe
 call), or it has ended with a stop reason. At each micro-step all episodes waiting for act go to
 the sampler as one batch, then all episodes waiting for the world as one batch, so a GRPO batch
 of 8 tasks x group 4 keeps the sampler's batch full instead of generating one reply at a time.
+A sampler with sessions (HFSampler, SGLangSampler) instead gets each episode's next request as
+soon as its previous one finished (``_Runner.run``), so no episode waits for a slower one.
 Shared prompt prefixes (a group's first prompt, a world's rehearse instructions, an episode's
 history) are the sampler's business: HFSampler keeps their K/V (``samplers.kv``), SGLang its
 radix cache.
@@ -182,9 +184,10 @@ class _Runner:
     def run(self, lives: list[_Live], progress: Callable[[int, int], None] | None) -> None:
         """Generate until every episode has ended; ``progress(ended, total)`` as they end.
 
-        A sampler with continuous batching (``session``, e.g. HFSampler) that also plays the
-        world gets each episode's next request as soon as its last one finished; otherwise
-        (SGLang, a separate simulator) episodes advance in micro-steps.
+        A sampler with sessions (``session``: HFSampler's continuous batching, SGLang's
+        continuous submission) that also plays the world gets each episode's next request as
+        soon as its last one finished; otherwise (a separate simulator) episodes advance in
+        micro-steps.
         """
         session = getattr(self.sampler, "session", None)
         if session is not None and self.world_sampler is self.sampler:

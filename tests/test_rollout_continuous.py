@@ -5,7 +5,9 @@ from __future__ import annotations
 from envace_engine.rollout import RolloutConfig, rollout
 from envace_engine.samplers.base import Generation, SamplingParams
 from envace_engine.samplers.hf import HFSampler
+from envace_engine.samplers.sglang import SGLangSampler
 from tests.kv_world import KVSuite
+from tests.sglang_server import running_server
 
 SUITE = KVSuite()
 
@@ -47,3 +49,18 @@ def test_progress_reports_endings_up_to_all_episodes(tiny_model, tokenizer):
     rollout(SUITE.tasks()[:2], SUITE, sampler, tokenizer, config, 2, progress=progress)
     assert seen[0] == (0, 4) and seen[-1] == (4, 4)
     assert [e for e, _ in seen] == sorted(e for e, _ in seen)
+
+
+def test_a_rollout_over_sglang_submits_requests_continuously_and_matches_hf(
+    tiny_path, tiny_model, tokenizer
+):
+    local = _episodes(HFSampler(tiny_model, tokenizer, batch_size=4), tokenizer)
+    with running_server(tiny_path) as one, running_server(tiny_path) as two:
+        sampler = SGLangSampler([one.url, two.url], timeout_s=120.0)
+        remote = _episodes(sampler, tokenizer)
+        bodies = one.requests + two.requests
+    assert all(len(b["input_ids"]) == 1 for b in bodies)  # a session: one request per call
+    assert one.requests and two.requests  # the GRPO groups spread over both servers
+    for a, b in zip(remote, local, strict=True):
+        assert a.id == b.id and a.stop_reason == b.stop_reason and a.drift == 0
+        assert [s.token_ids for s in a.segments] == [s.token_ids for s in b.segments]

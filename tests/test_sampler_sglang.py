@@ -251,3 +251,58 @@ def test_router_policy_by_hand():
     # a continuation of a remembered sequence is sticky; the bare prompt a is not
     assert router.assign([[*a, 7, 8], a]) == [1, 0]
     assert PrefixRouter(1).assign([a, b, c]) == [0, 0, 0]
+
+
+def drain(session) -> dict:
+    got = {}
+    while session.busy:
+        got.update(session.step())
+    return got
+
+
+def test_a_session_answers_each_request_as_the_hf_sampler_does(server, reference, prompts):
+    sampler = client(server.url)
+    with sampler.session(GREEDY) as session:
+        for i, prompt in enumerate(prompts):
+            session.submit(i, prompt, 8, frozenset())
+        session.submit("none", prompts[0], 0, frozenset())  # a zero cap: finished, no request
+        got = drain(session)
+    assert got["none"].token_ids == () and got["none"].finish_reason == "length"
+    assert_matches([got[i] for i in range(len(prompts))], reference.generate(prompts, GREEDY))
+    assert sorted(len(b["input_ids"]) for b in server.requests) == [1, 1, 1]  # one per request
+
+
+def test_session_seeds_follow_the_request_not_the_finishing_order(server, prompts):
+    params = SamplingParams(max_new_tokens=6, temperature=1.0, seed=5)
+    runs = []
+    for order in (range(3), reversed(range(3))):
+        with client(server.url).session(params) as session:
+            for i in order:
+                session.submit(("group", i), prompts[1], 6, frozenset())
+            runs.append({k: g.token_ids for k, g in drain(session).items()})
+    assert runs[0] == runs[1]
+    assert len(set(runs[0].values())) == 3  # siblings get different seeds
+
+
+def test_session_routes_groups_together_balances_load_and_follows_continuations(
+    servers, server, tokenizer
+):
+    one, two = servers
+    group_a = tokenizer.encode("You are an agent. Book a flight for me please.")
+    group_b = tokenizer.encode("You are an agent. Cancel the hotel for me please.")
+    sampler = client(one.url, two.url)
+    with sampler.session(GREEDY) as session:
+        for i in range(3):
+            session.submit(("a", i), group_a, 8, frozenset())
+            session.submit(("b", i), group_b, 8, frozenset())
+        first = drain(session)
+    served = {s.url: [b["input_ids"][0] for b in s.requests] for s in servers}
+    assert sorted(map(len, served.values())) == [3, 3]  # one group per server
+    assert all(len({tuple(p) for p in prompts}) == 1 for prompts in served.values())
+    owner = one if served[one.url][0] == group_a else two
+    follow_up = group_a + list(first[("a", 0)].token_ids) + tokenizer.encode(" ok")
+    before = len(owner.requests)
+    with sampler.session(GREEDY) as session:
+        session.submit("next", follow_up, 4, frozenset())
+        drain(session)
+    assert len(owner.requests) == before + 1  # the next turn went where its prefix is cached

@@ -45,7 +45,7 @@ class PrefixRouter:
         load = [0] * self.n_servers
         groups: dict[tuple[int, ...], list[int]] = {}
         for i, prompt in enumerate(prompts):
-            server = self._sticky_server(prompt)
+            server = self.sticky_server(prompt)
             if server is None:
                 groups.setdefault(tuple(prompt), []).append(i)
             else:
@@ -69,7 +69,8 @@ class PrefixRouter:
             while len(self._owner) > self.max_entries:
                 self._owner.popitem(last=False)
 
-    def _sticky_server(self, prompt: list[int]) -> int | None:
+    def sticky_server(self, prompt: list[int]) -> int | None:
+        """The server holding the longest remembered sequence that ``prompt`` starts with."""
         if not self._owner:
             return None
         hashes = prefix_hashes(prompt)

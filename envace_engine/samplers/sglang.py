@@ -11,18 +11,25 @@ retried. Server failures are never raised: the generation comes back with ``fini
 ``error`` (or ``abort`` when the server aborted the request) and the reason in ``error``, so the
 rollout ends with a stored stop reason. Programmer errors (bad sampling params) still raise.
 
+Continuous submission (``session``): each request is its own ``/generate`` call on a worker
+thread, and SGLang's scheduler batches the requests in flight, so a rollout hands an episode's
+next request over as soon as its last one finished instead of waiting for a micro-step's
+slowest row.
+
 This module needs only httpx: a GPU host's client does not need torch to drive a server.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
 import uuid
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+import zlib
+from collections.abc import Hashable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +130,13 @@ class SGLangSampler:
         if missing:  # every prompt is in exactly one job: this would be a routing bug
             raise RuntimeError(f"prompts {missing} were not sent to any server")
         return [g for g in results if g is not None]
+
+    @contextlib.contextmanager
+    def session(self, params: SamplingParams, max_inflight: int = 64) -> Iterator[SGLangSession]:
+        """Continuous submission (``SGLangSession``): same interface as ``HFSampler.session``."""
+        check_request([], params)
+        with ThreadPoolExecutor(max_workers=max_inflight, thread_name_prefix="sglang") as pool:
+            yield SGLangSession(self, params, pool)
 
     def _run_job(
         self, server: int, indices: list[int], prompts: list[list[int]], params: SamplingParams
@@ -229,6 +243,94 @@ class SGLangSampler:
                 raise SamplerError(
                     f"{url}: update_weights_from_disk({model_path}) failed: {message}"
                 )
+
+
+class SGLangSession:
+    """Requests in, finished generations out, as they finish (``HFSampler.session``'s interface).
+
+    Each request is one single-prompt ``/generate`` call (routed, retried and failed exactly as
+    in ``generate``). With a seed, a request's ``sampling_seed`` derives from the session's seed,
+    its key and how many requests that key made before, so it does not depend on the order in
+    which requests happen to finish.
+    """
+
+    def __init__(
+        self, sampler: SGLangSampler, params: SamplingParams, pool: ThreadPoolExecutor
+    ) -> None:
+        self.sampler = sampler
+        self.params = params
+        self.pool = pool
+        self.pending: dict[Future[list[Generation]], Hashable] = {}
+        self.asked: dict[Hashable, int] = {}  # requests made per key, for per-request seeds
+        self.placed: dict[Future[list[Generation]], tuple[int, tuple[int, ...]]] = {}
+        self.load = [0] * len(sampler.urls)  # prompt tokens in flight per server
+        self.groups: dict[tuple[int, ...], tuple[int, int]] = {}  # prompt -> (server, in flight)
+
+    @property
+    def busy(self) -> bool:
+        """Whether any request is in flight."""
+        return bool(self.pending)
+
+    def submit(
+        self, key: Hashable, prompt: list[int], max_new_tokens: int, stop_ids: frozenset[int]
+    ) -> None:
+        """Send one request; its generation comes out of a later ``step`` under ``key``."""
+        nth = self.asked.get(key, 0)
+        self.asked[key] = nth + 1
+        seed = self.params.seed
+        if seed is not None:
+            seed = (seed + zlib.crc32(repr((key, nth)).encode())) % 2**31
+        params = replace(
+            self.params,
+            max_new_tokens=max_new_tokens,
+            stop_token_ids=tuple(sorted(set(self.params.stop_token_ids) | stop_ids)),
+            seed=seed,
+        )
+        check_request([prompt], params)
+        if max_new_tokens == 0:  # nothing to ask a server for
+            done: Future[list[Generation]] = Future()
+            done.set_result([Generation((), (), "length")])
+            self.pending[done] = key
+            return
+        server = self._route(prompt)
+        job = self.pool.submit(self.sampler._run_job, server, [0], [list(prompt)], params)
+        self.pending[job] = key
+        self.placed[job] = (server, tuple(prompt))
+
+    def _route(self, prompt: list[int]) -> int:
+        """``PrefixRouter``'s policy one request at a time: a continuation goes where its
+        sequence is cached, a prompt already in flight (a GRPO sibling) joins it, and anything
+        else goes to the server with the fewest prompt tokens in flight."""
+        router = self.sampler.router
+        server = 0 if router.n_servers == 1 else router.sticky_server(prompt)
+        if server is None:
+            server = self.groups.get(tuple(prompt), (None, 0))[0]
+        if server is None:
+            server = min(range(router.n_servers), key=self.load.__getitem__)
+        self.load[server] += len(prompt)
+        held, count = self.groups.get(tuple(prompt), (server, 0))
+        self.groups[tuple(prompt)] = (held, count + 1)
+        return server
+
+    def _done(self, job: Future[list[Generation]]) -> None:
+        server, prompt = self.placed.pop(job, (None, ()))
+        if server is None:
+            return
+        self.load[server] -= len(prompt)
+        held, count = self.groups[prompt]
+        if count > 1:
+            self.groups[prompt] = (held, count - 1)
+        else:
+            del self.groups[prompt]
+
+    def step(self) -> list[tuple[Hashable, Generation]]:
+        """Wait until at least one request finished; return every finished one."""
+        if not self.pending:
+            return []
+        finished, _ = wait(self.pending, return_when=FIRST_COMPLETED)
+        for job in finished:
+            self._done(job)
+        return [(self.pending.pop(job), job.result()[0]) for job in finished]
 
 
 def sampling_params_json(params: SamplingParams, indices: list[int]) -> dict | list[dict]:
