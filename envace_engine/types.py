@@ -144,7 +144,7 @@ class CallRecord:
     """
 
     turn: int  # user turn index
-    step: int  # agent reply index within the episode
+    step: int  # which agent reply of the episode made the call, counting from 1
     call: ToolCall
     shown: str  # "rehearsed" | "real" | "simulated"
     rehearsed: ToolResult | None = None
