@@ -9,7 +9,7 @@ import torch
 
 from envace_engine.samplers.base import SamplingParams
 from envace_engine.samplers.hf import HFSampler
-from envace_engine.samplers.kv import BLOCK, PrefixCache, block_hashes
+from envace_engine.samplers.kv import BLOCK, Continuation, PrefixCache, block_hashes
 
 GREEDY = SamplingParams(max_new_tokens=8, temperature=0.0)
 
@@ -146,3 +146,18 @@ def test_requests_joining_a_running_batch_decode_as_if_alone(tiny_model, tokeniz
         assert max(diffs) < 1e-4, key
     with pytest.raises(ValueError, match="empty prompt"), sampler.session(GREEDY) as session:
         session.submit("bad", [], 4, stops)
+
+
+def test_a_continuation_is_stored_without_copying_its_prefix_and_joined_on_use():
+    cache = PrefixCache(max_tokens=10_000)
+    prompt = list(range(2 * BLOCK))
+    cache.insert(prompt, kv(len(prompt)))
+    parent, _ = cache.lookup([*prompt, -1])
+    own = kv(5) + 1000  # positions 1000..1004: distinguishable from the parent's
+    cache.insert([*prompt, 1, 2, 3, 4, 5], Continuation(parent, len(prompt), own))
+    assert len(cache.entries) == 1  # the prompt's own entry was superseded, as for a tensor
+    entry, n = cache.lookup([*prompt, 1, 2, 3, 4, 5, 9])
+    assert n == len(prompt) + 5 and entry is not parent
+    joined = entry.kv[0, 0, 0, :, 0].tolist()
+    assert joined == [*map(float, range(len(prompt))), 1000.0, 1001.0, 1002.0, 1003.0, 1004.0]
+    assert entry.kv is entry.kv  # joined once, then kept

@@ -28,7 +28,7 @@ import torch
 from transformers.cache_utils import Cache
 
 from envace_engine.samplers.base import Generation, SamplingParams
-from envace_engine.samplers.kv import PrefixCache, SlabLayer
+from envace_engine.samplers.kv import Continuation, PrefixCache, SlabLayer
 from envace_engine.samplers.packed import PackedLinears
 from envace_engine.samplers.session import DecodeSession
 from envace_engine.samplers.validation import check_request
@@ -161,8 +161,9 @@ class HFSampler:
         """Whether finished sequences are kept for later prompts (``remember``)."""
         return self.prefix_reuse and self.cache.max_tokens > 0
 
-    def remember(self, tokens: list[int], kv: torch.Tensor) -> None:
-        """Keep a finished sequence's K/V (``[layers, 2, H, len(tokens), D]``) for later."""
+    def remember(self, tokens: list[int], kv: torch.Tensor | Continuation) -> None:
+        """Keep a finished sequence's K/V (``[layers, 2, H, len(tokens), D]``, or a cached
+        prefix plus the rest: ``kv.Continuation``) for later."""
         if self.keeps_sequences:
             self.cache.insert(tokens, kv)
 
@@ -195,6 +196,13 @@ class HFSampler:
         """One forward of the model with the packed linear weights (``packed``)."""
         with self.packed.active():
             return self.model(**inputs)
+
+    def cached_entry(self, tokens: list[int]) -> Any:
+        """The prefix-cache entry holding all of ``tokens`` now, or None."""
+        if not self.keeps_sequences:
+            return None
+        entry, held = self.cache.lookup((*tokens, -1))
+        return entry if held == len(tokens) else None
 
     def finish(self, ids: list[int], logprobs: list[float], reason: str) -> Generation:
         """A finished generation; its text drops a final stop token."""

@@ -143,14 +143,41 @@ def slab_cache(
     return Cache(layers=layers)
 
 
-@dataclass
+@dataclass(frozen=True)
+class Continuation:
+    """K/V of a sequence given as the first ``split`` positions of an earlier entry, then
+    ``own`` (``[layers, 2, H, n, D]``).
+
+    A finished row's sequence is its prompt (already cached) plus what it generated: kept this
+    way, finishing a row copies only the generated part, and the whole is joined on first use
+    (most finished sequences are never continued: their episode ended).
+    """
+
+    parent: _Entry
+    split: int
+    own: torch.Tensor
+
+
 class _Entry:
     """A cached sequence: the tokens whose K/V ``kv`` holds (``[layers, 2, H, len, D]``)."""
 
-    key: int
-    tokens: tuple[int, ...]
-    kv: torch.Tensor
-    hashes: tuple[int, ...]
+    def __init__(
+        self,
+        key: int,
+        tokens: tuple[int, ...],
+        kv: torch.Tensor | Continuation,
+        hashes: tuple[int, ...],
+    ) -> None:
+        self.key, self.tokens, self.hashes = key, tokens, hashes
+        self._kv = kv
+
+    @property
+    def kv(self) -> torch.Tensor:
+        """The K/V, joined from a ``Continuation`` the first time it is asked for."""
+        if isinstance(self._kv, Continuation):
+            part = self._kv
+            self._kv = torch.cat([part.parent.kv[:, :, :, : part.split], part.own], dim=3)
+        return self._kv
 
 
 def block_hashes(tokens: Sequence[int]) -> list[int]:
@@ -207,8 +234,12 @@ class PrefixCache:
         self.entries.move_to_end(entry.key)
         self.hits += n
 
-    def insert(self, tokens: Sequence[int], kv: torch.Tensor) -> None:
-        """Keep ``kv`` for ``tokens``; an older entry that is a prefix of it is dropped."""
+    def insert(self, tokens: Sequence[int], kv: torch.Tensor | Continuation) -> None:
+        """Keep ``kv`` for ``tokens``; an older entry that is a prefix of it is dropped.
+
+        A ``Continuation`` keeps its parent's tensor alive (not counted again in ``tokens``)
+        until it is joined or dropped.
+        """
         tokens = tuple(tokens)
         if len(tokens) < BLOCK:
             return

@@ -23,14 +23,14 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from envace_engine.samplers import cascade
 from envace_engine.samplers.base import Generation, SamplingParams
 from envace_engine.samplers.cascade import PromptSlab
-from envace_engine.samplers.kv import slab_cache
+from envace_engine.samplers.kv import Continuation, slab_cache
 from envace_engine.samplers.sampling import pick_tokens
 
 if TYPE_CHECKING:
@@ -76,6 +76,7 @@ class DecodeSession:
         # shares with one), then the rest of the prompt when it began like a held one.
         self.prefixes = PromptSlab(s.n_layers, slots, s.kv_heads, s.head_dim, like)
         self.rests = PromptSlab(s.n_layers, slots, s.kv_heads, s.head_dim, like)
+        self.sources: dict[int, Any] = {}  # row -> the prefix-cache entry holding its prompt
         device = s.model.device
         self.mask = torch.zeros((slots, 0), dtype=torch.bool, device=device)
         self.next_input = torch.zeros(slots, dtype=torch.long, device=device)
@@ -152,6 +153,7 @@ class DecodeSession:
                 layer.move_row(last, free)
             self.prefixes.move(last, free)
             self.rests.move(last, free)
+            self.sources[free] = self.sources.pop(last, None)
 
     def _trim(self) -> None:
         """Drop leading columns that no busy row uses (after long-running rows left).
@@ -182,11 +184,25 @@ class DecodeSession:
         else:
             return []
         if self.s.keeps_sequences:
-            self.s.remember(row.prompt + row.ids[:-1], self._row_kv(j, len(row.ids)))
+            self.s.remember(row.prompt + row.ids[:-1], self._finished_kv(j, len(row.ids)))
         self.prefixes.leave(j)
         self.rests.leave(j)
+        self.sources.pop(j, None)
         self.rows[j] = None
         return [(row.key, self.s.finish(row.ids, row.logprobs, reason))]
+
+    def _finished_kv(self, j: int, fed: int) -> torch.Tensor | Continuation:
+        """What the prefix cache keeps of a finished row: its prompt's cache entry plus the
+        ``fed`` columns it wrote (a small copy), or, when that entry is gone, a full copy."""
+        entry = self.sources.get(j)
+        if entry is None:
+            return self._row_kv(j, fed)
+        s = self.s
+        own = self.prefixes.like.new_empty(s.n_layers, 2, s.kv_heads, fed, s.head_dim)
+        for i, layer in enumerate(self.cache.layers):
+            keys, values = layer.row(j)
+            own[i, 0], own[i, 1] = keys[:, -fed:], values[:, -fed:]
+        return Continuation(entry, len(self.rows[j].prompt) - 1, own)  # type: ignore[union-attr]
 
     def _row_kv(self, j: int, fed: int) -> torch.Tensor:
         """Row ``j``'s whole sequence K/V, ``[layers, 2, H, len, D]``: its prompt (held prefix,
@@ -218,6 +234,7 @@ class DecodeSession:
             tokens = tuple(request.prompt[:-1])
             if tokens:
                 self._place_prompt(j, tokens)
+            self.sources[j] = self.s.cached_entry(list(tokens)) if tokens else None
             self.mask[j] = False  # the row's own columns start with its next step
             self.next_input[j] = request.prompt[-1]
             self.next_pos[j] = len(tokens)
