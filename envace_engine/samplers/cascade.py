@@ -114,8 +114,9 @@ class PromptSlab:
     whole of one prompt, and a row whose prompt begins like a held one uses that much of it.
     Per layer a ``[slots, kv_heads, capacity, head_dim]`` tensor; slot ``p`` holds its tokens'
     K/V in columns ``[0, len)``. Held slots are kept contiguous from 0 (attention reads every
-    slot below the last held one). Allocations are zeroed, so every column is finite (masked
-    weights are 0, and 0 times a finite value is 0).
+    slot below the last held one). A slot's columns past its tokens are zeroed when it is
+    placed, so every column attention reads is finite (masked weights are 0, and 0 times a
+    finite value is 0).
     """
 
     def __init__(

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from envace_engine.samplers.hf import HFSampler
 
 TRIM_AT = 64  # drop unused leading columns once there are this many
-FIRST_COLUMNS = 256  # the rows' slab starts this wide and doubles when full
+FIRST_COLUMNS = 64  # the rows' own slab starts this wide (zeroed) and doubles when full
 # A prompt that begins like a held sequence uses it when they share at least MIN_SHARED tokens
 # and at most MAX_REST of the prompt are left: a longer rest would widen every rest slot.
 MIN_SHARED = 64
