@@ -16,11 +16,14 @@ episodes), multi-turn, worked examples on (the embedded default). ``--quick``: 2
   a sample of a dozen gave naive rates from 5 to 11 tok/s between runs, since prompt and
   generation lengths vary widely); ``--quick`` and ``--naive-sample N`` replay N at random.
 
-Rates are medians over ``--repeats`` engine runs (one naive pass per repeat). Prints one JSON
-object as the last line: engine and naive tokens/s, ``ratio`` = engine / naive tokens/s.
-``--naive-packed`` replays the naive baseline a second time with the engine's packed linear
-weights and adds ``naive_packed_tok_s`` and ``ratio_vs_naive_packed``: how much of the ratio
-is batching and caching rather than the faster GEMM.
+The engine runs ``--repeats`` times (3; 1 with ``--quick``) and its rate is the median. The
+naive replay is split into as many chunks, each run right after an engine run, so that a slow
+spell of a noisy machine hits both sides; its rate is total tokens over total seconds. Prints
+one JSON line per engine run, then one JSON object as the last line: engine and naive
+tokens/s, ``ratio`` = engine / naive tokens/s. ``--naive-packed`` also replays each chunk with
+the engine's packed linear weights and adds ``naive_packed_tok_s`` and
+``ratio_vs_naive_packed``: how much of the ratio is batching and caching rather than the
+faster GEMM.
 """
 
 from __future__ import annotations
@@ -98,8 +101,12 @@ class RecordingSession:
 
 def run_engine(
     model: Any, tokenizer: Any, args: argparse.Namespace
-) -> tuple[float, RecordingSampler, dict[str, Any]]:
-    """One batched rollout; returns (seconds, recorder, stats)."""
+) -> tuple[float, list[tuple[list[int], SamplingParams, int]], dict[str, Any]]:
+    """One batched rollout; returns (seconds, generations as (prompt, params, length), stats).
+
+    The sampler (its prefix cache, packed weights) is dropped on return, so the next run
+    starts as a trainer's next step would: with that memory freed for reuse.
+    """
     from envace_engine.environments import get_suite
     from envace_engine.rollout import RolloutConfig, rollout, rollout_metrics
     from envace_engine.samplers.hf import HFSampler
@@ -139,17 +146,35 @@ def run_engine(
             if k.startswith("rollout/stop/") and v
         },
     }
-    return seconds, recorder, stats
+    return seconds, recorder.calls, stats
 
 
-def run_naive(
+@dataclass
+class Replay:
+    """Running totals of the naive replay over its chunks."""
+
+    tokens: int = 0
+    seconds: float = 0.0
+    rates: list[float] = field(default_factory=list)  # tokens/s of each generation
+
+    def add(self, tokens: int, seconds: float, rates: list[float]) -> None:
+        """Count one chunk."""
+        self.tokens, self.seconds = self.tokens + tokens, self.seconds + seconds
+        self.rates += rates
+
+    @property
+    def tok_s(self) -> float:
+        """Tokens per second over every chunk so far."""
+        return self.tokens / self.seconds
+
+
+def replay_naive(
     model: Any,
     tokenizer: Any,
-    recorder: RecordingSampler,
-    args: argparse.Namespace,
+    calls: list[tuple[list[int], SamplingParams, int]],
     packed: bool = False,
 ) -> tuple[int, float, list[float]]:
-    """Replay a sample of the engine's generations at batch 1; (tokens, seconds, rates).
+    """Replay generations one at a time with ``model.generate``; (tokens, seconds, rates).
 
     ``packed``: with the engine's oneDNN-packed linear weights (``samplers/packed.py``), to
     separate what batching and caching gain from what the faster GEMM gains.
@@ -159,11 +184,8 @@ def run_naive(
     from envace_engine.samplers.packed import PackedLinears
 
     kernels = PackedLinears(model, enabled=packed)
-
-    calls = [c for c in recorder.calls if c[2] > 0]
-    sample = random.Random(args.seed).sample(calls, min(args.naive_sample, len(calls)))
     tokens, seconds, rates = 0, 0.0, []
-    for prompt, params, length in sample:
+    for prompt, params, length in calls:
         start = time.perf_counter()
         with torch.inference_mode(), kernels.active():
             out = model.generate(
@@ -182,11 +204,20 @@ def run_naive(
     return tokens, seconds, rates
 
 
-def main() -> None:
-    """Parse arguments, run engine and naive ``--repeats`` times, print the JSON summary."""
+def naive_chunks(calls: list[Any], args: argparse.Namespace) -> list[list[Any]]:
+    """The generations the naive baseline replays, in ``args.repeats`` interleaved chunks."""
+    calls = [c for c in calls if c[2] > 0]
+    sample = random.Random(args.seed).sample(calls, min(args.naive_sample, len(calls)))
+    return [sample[i :: args.repeats] for i in range(args.repeats)]
+
+
+def parse_args() -> argparse.Namespace:
+    """Command line; workload sizes follow ``--quick``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small workload, under a minute")
-    parser.add_argument("--repeats", type=int, default=1, help="engine+naive runs (median)")
+    parser.add_argument(
+        "--repeats", type=int, default=0, help="engine runs, median (default 3; 1 quick)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
     parser.add_argument("--batch-size", type=int, default=32, help="HFSampler decode slots")
@@ -206,6 +237,18 @@ def main() -> None:
     args.max_turns = 1 if args.quick else 3
     args.max_new_tokens = 24 if args.quick else 64
     args.naive_sample = args.naive_sample or (3 if args.quick else 10_000)
+    args.repeats = args.repeats or (1 if args.quick else 3)
+    return args
+
+
+def main() -> None:
+    """Engine runs interleaved with chunks of the naive replay; print the JSON summary.
+
+    The machines are noisy (a slow spell can last tens of seconds), so the naive replay is
+    split into one chunk per engine run and each chunk runs right after its engine run: a
+    slow spell then hits both sides rather than only the short engine run.
+    """
+    args = parse_args()
 
     import torch
 
@@ -214,30 +257,29 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     spec = resolve("smollm2-135m")
     tokenizer, model = load_tokenizer(spec), load_model(spec)
-    engine_rates, naive_rates, packed_rates, runs = [], [], [], []
-    for _ in range(args.repeats):
-        seconds, recorder, stats = run_engine(model, tokenizer, args)
-        generated = sum(c[2] for c in recorder.calls)
-        tokens, naive_s, per_gen = run_naive(model, tokenizer, recorder, args)
+    engine_rates, runs, chunks = [], [], None
+    naive = {False: Replay(), True: Replay()}  # by packed weights or not
+    for i in range(args.repeats):
+        seconds, calls, stats = run_engine(model, tokenizer, args)
+        generated = sum(c[2] for c in calls)
         engine_rates.append(generated / seconds)
-        naive_rates.append(tokens / naive_s)
-        runs.append(
-            {
-                "engine_tokens": generated,
-                "engine_s": round(seconds, 2),
-                "naive_tokens": tokens,
-                "naive_s": round(naive_s, 2),
-                "naive_median_gen_tok_s": round(statistics.median(per_gen), 2),
-                **stats,
-            }
-        )
-        if args.naive_packed:
-            tokens, naive_s, _ = run_naive(model, tokenizer, recorder, args, packed=True)
-            packed_rates.append(tokens / naive_s)
-            runs[-1]["naive_packed_s"] = round(naive_s, 2)
-        print(json.dumps(runs[-1]), flush=True)
+        chunks = chunks or naive_chunks(calls, args)
+        run = {"engine_tokens": generated, "engine_s": round(seconds, 2), **stats}
+        for packed in (False, True) if args.naive_packed else (False,):
+            tokens, naive_s, rates = replay_naive(model, tokenizer, chunks[i], packed)
+            naive[packed].add(tokens, naive_s, rates)
+            run["naive_packed_s" if packed else "naive_chunk_s"] = round(naive_s, 2)
+        runs.append(run)
+        print(json.dumps(run), flush=True)
+    print(json.dumps(summary(args, engine_rates, naive, runs)))
+
+
+def summary(
+    args: argparse.Namespace, engine_rates: list[float], naive: dict[bool, Replay], runs: list
+) -> dict[str, Any]:
+    """The last line: median engine tokens/s against the naive replay's tokens/s."""
     engine = statistics.median(engine_rates)
-    naive = statistics.median(naive_rates)
+    plain = naive[False]
     result = {
         "bench": "rollout_throughput",
         "quick": args.quick,
@@ -245,16 +287,19 @@ def main() -> None:
         f"max_turns {args.max_turns}, max_new_tokens {args.max_new_tokens}",
         "threads": args.threads,
         "packed_weights": not args.no_packed,
+        "engine_runs_tok_s": [round(r, 2) for r in engine_rates],
         "engine_tok_s": round(engine, 2),
-        "naive_tok_s": round(naive, 2),
-        "ratio": round(engine / naive, 2),
+        "naive_tokens": plain.tokens,
+        "naive_s": round(plain.seconds, 2),
+        "naive_median_gen_tok_s": round(statistics.median(plain.rates), 2),
+        "naive_tok_s": round(plain.tok_s, 2),
+        "ratio": round(engine / plain.tok_s, 2),
         "runs": runs,
     }
-    if packed_rates:
-        naive_packed = statistics.median(packed_rates)
-        result["naive_packed_tok_s"] = round(naive_packed, 2)
-        result["ratio_vs_naive_packed"] = round(engine / naive_packed, 2)
-    print(json.dumps(result))
+    if args.naive_packed:
+        result["naive_packed_tok_s"] = round(naive[True].tok_s, 2)
+        result["ratio_vs_naive_packed"] = round(engine / naive[True].tok_s, 2)
+    return result
 
 
 if __name__ == "__main__":

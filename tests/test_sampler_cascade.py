@@ -161,6 +161,28 @@ def test_packed_linears_match_f_linear_follow_weight_updates_and_switch_off(tiny
     assert "forward" not in vars(model.lm_head)  # outside the block: the class's own forward
 
 
+def test_packed_siblings_share_one_gemm_per_input_and_match_their_own_linears(tiny_model):
+    model = copy.deepcopy(tiny_model)
+    attn, mlp = model.model.layers[0].self_attn, model.model.layers[0].mlp
+    packed = PackedLinears(model)
+    qkv = next(p for p in packed.packs if p.linears[0] is attn.q_proj)
+    assert qkv.linears == [attn.q_proj, attn.k_proj, attn.v_proj]
+    assert any(p.linears == [mlp.gate_proj, mlp.up_proj] for p in packed.packs)
+    gemms = []
+    x, y = torch.randn(3, 2, attn.q_proj.in_features), torch.randn(3, 2, attn.q_proj.in_features)
+    with torch.inference_mode(), packed.active():
+        qkv._gemm = lambda t, run=qkv._gemm: gemms.append(t) or run(t)
+        for layer in (attn.q_proj, attn.k_proj, attn.v_proj):
+            want = torch.nn.functional.linear(x, layer.weight)
+            assert torch.allclose(layer(x), want, atol=1e-5)
+        assert len(gemms) == 1  # k and v took their columns of q's GEMM
+        assert torch.allclose(attn.k_proj(y), torch.nn.functional.linear(y, attn.k_proj.weight))
+        assert torch.allclose(attn.k_proj(y), torch.nn.functional.linear(y, attn.k_proj.weight))
+        assert torch.allclose(attn.v_proj(x), torch.nn.functional.linear(x, attn.v_proj.weight))
+        assert len(gemms) == 4  # a new input, a second call for one input: a new GEMM each
+    assert qkv.memo is None  # nothing held after the block
+
+
 def test_samplers_decoding_in_two_threads_at_once_do_not_mix_their_prompts(tiny_model, tokenizer):
     # The active slabs are per thread: each loopback SGLang server decodes in its own thread.
     prompts = [tokenizer.encode(t * 8) for t in ("Book a flight. ", "Cancel the hotel. ")]

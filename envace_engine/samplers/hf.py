@@ -28,6 +28,7 @@ import torch
 from transformers.cache_utils import Cache
 
 from envace_engine.samplers.base import Generation, SamplingParams
+from envace_engine.samplers.heap import keep_freed_memory
 from envace_engine.samplers.kv import Continuation, PrefixCache, SlabLayer
 from envace_engine.samplers.packed import PackedLinears
 from envace_engine.samplers.session import DecodeSession
@@ -47,7 +48,8 @@ class HFSampler:
     default budget holds the recent sequences of a 32-episode GRPO batch of a small model
     (SmolLM2-135M: 46 KB of fp32 K/V per token, so 65536 tokens = 3 GB). ``packed_weights``
     runs the forwards from oneDNN-packed copies of the linear weights (``packed.py``: faster on
-    a CPU, one more copy of the weights in memory).
+    a CPU, one more copy of the weights in memory). On a CPU it also makes the process keep
+    freed heap memory for reuse (``heap.py``).
     """
 
     def __init__(
@@ -68,6 +70,8 @@ class HFSampler:
         self.prefix_reuse = prefix_reuse
         self.cache = PrefixCache(prefix_cache_tokens if prefix_reuse else 0)
         self.packed = PackedLinears(model, enabled=packed_weights)  # CPU only: see packed.py
+        if model.device.type == "cpu":
+            keep_freed_memory()  # process-wide: see heap.py
         self._weights_stamp: tuple[int, ...] = ()
         self.prefilled = 0  # prompt tokens actually run through the model (metrics, tests)
         self.eos_ids = _eos_ids(model, tokenizer)
