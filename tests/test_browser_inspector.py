@@ -19,9 +19,10 @@ def test_deep_link_opens_episode_with_nested_rehearsal(tmp_path):
         chat.get_by_text("tool call 1: ship").wait_for(timeout=LOAD_MS)
         # the rehearsed answer and the real one sit under the call they answer
         call = chat.locator("div", has_text="tool call 1: ship").last
-        assert call.get_by_text("rehearsed response").first.is_visible()
-        assert chat.get_by_text("only 40 bolts in stock").first.is_visible()
-        assert page.locator("#insp-tokens").get_by_text("rehearse (trained)").first.is_visible()
+        call.get_by_text("rehearsed response").first.wait_for(state="visible", timeout=LOAD_MS)
+        chat.get_by_text("only 40 bolts in stock").first.wait_for(state="visible", timeout=LOAD_MS)
+        tokens = page.locator("#insp-tokens")  # its own component: may render a moment later
+        tokens.get_by_text("rehearse (trained)").first.wait_for(state="visible", timeout=LOAD_MS)
         page.get_by_text("8 episode(s) · page 1 of 1").wait_for(timeout=LOAD_MS)
         shot(page, "inspector")
         page.locator("#insp-next-failure").click()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.browser import chromium_page, studio_server
-from tests.studio_browser import choose, fill, open_page, shot
+from tests.studio_browser import LOAD_MS, choose, fill, open_page, shot
 from tests.studio_data import make_run
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -23,5 +23,5 @@ def test_live_rehearsal_beside_the_real_response(tmp_path):
         choose(page, "reh-model", "tiny")
         page.locator("#reh-go").click()
         page.locator("#reh-timing").get_by_text("tokens in").wait_for(timeout=MODEL_MS)
-        assert page.get_by_text("only 40 bolts in stock").first.is_visible()
+        page.get_by_text("only 40 bolts in stock").first.wait_for(state="visible", timeout=LOAD_MS)
         shot(page, "rehearse")
