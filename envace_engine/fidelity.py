@@ -380,10 +380,11 @@ def _key_tiers(predicted: Any, real: Any) -> tuple[float, float]:
 
 def _real_text(real: ToolResult) -> str:
     """Canonical JSON of the real answer; objects JSON cannot hold become their repr()."""
+    value = canonical(real)
     try:
-        return canonical_json(canonical(real))
+        return canonical_json(value)
     except (TypeError, ValueError):
-        return _LENIENT.encode(canonical(real))
+        return _LENIENT.encode(value)
 
 
 def _tiers(

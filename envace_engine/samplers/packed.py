@@ -19,7 +19,9 @@ Siblings. Linear layers of one module that read the same input (attention's q/k/
 gate/up) are packed as one stacked weight: the first of them to see an input runs one GEMM for
 all, the others take their columns of that result. At decode batch sizes a GEMM call's fixed
 cost and its pass over the input are a large part of its time: on the 2-core Intel machines
-the 30 layers' linears at 16 rows took 42 ms as four calls per layer against 57 ms as seven.
+the 30 layers' linears at 16 rows took 42 ms as four calls per layer against 57 ms as seven
+(one-off timings on random weights, not a repo script; ``bench/rollout_throughput.py``
+measures the whole rollout).
 """
 
 from __future__ import annotations
