@@ -6,11 +6,13 @@ sampler's tuples into Arrow list columns (pyarrow converts nested sequences in C
 columns derived from others (row positions, ``call_id``) are computed by numpy or Arrow kernels.
 Nothing is re-tokenised: the stored tokens are the training data.
 
-Every (rehearsed or simulated, real) pair is scored here, once, at write time: the step's pairs
-go to ``envace_engine.fidelity.score_pairs`` together (exactly ``compare``'s tiers, with the
-costly text similarity shared by repeated pairs), reusing the canonical JSON the result columns
-already hold. The episodes table aggregates the other three (counts, ``mean_fidelity``) with
-numpy over their columns.
+Every (rehearsed or simulated, real) pair is scored here, once, at write time, with exactly
+``envace_engine.fidelity.compare``'s tiers, reusing the canonical JSON the result columns
+already hold: the pairs are staged (``stage_pairs``: every tier but the text similarity of
+inexact pairs), the step's distinct text pairs go to ``similarities`` in one batch (shared by
+repeated pairs; ``storage.scoring`` may run it in a helper process meanwhile), and the tiers
+are finished (``finish_pairs``). The episodes table aggregates the other three (counts,
+``mean_fidelity``) with numpy over their columns.
 
 ``iter_step_tables`` yields the tables in ``WRITE_ORDER`` as it builds them, so the writer can
 encode one shard while Python builds the next (storage.shards), and builds each in chunks of
@@ -20,8 +22,8 @@ episodes that fit the CPU cache.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import fields
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, fields
 from operator import attrgetter
 from typing import Any
 
@@ -32,9 +34,13 @@ import pyarrow.compute as pc
 from envace_engine.fidelity import (
     NLL_META_KEY,
     Fidelity,
+    Staged,
     canonical,
     canonical_json,
-    score_pairs,
+    finish_pairs,
+    pending_texts,
+    similarities,
+    stage_pairs,
 )
 from envace_engine.types import CallRecord, Episode, Role, ToolResult
 from storage.schema import CALLS, EPISODES, LOGPROBS, REHEARSALS, SEGMENTS, TOKENS
@@ -178,7 +184,7 @@ def _pair(
     r_text: str | None,
     error_texts: dict[tuple[str, str], str],
 ) -> tuple[ToolResult | None, ToolResult, tuple[str, str] | None]:
-    """One pair for ``score_pairs``, with both scoring texts when they are known.
+    """One pair for ``stage_pairs``, with both scoring texts when they are known.
 
     ``error_texts`` memoises the canonical JSON of each (code, message) within the step.
     """
@@ -210,9 +216,18 @@ def _real_nll(ep: Episode) -> list[Any]:
     return [nll.get(i, nll.get(str(i))) for i in range(len(ep.calls))]
 
 
-def calls_table(run_id: str, step: int, episodes: Sequence[Episode], first: int = 0) -> pa.Table:
-    """The ``calls`` shard: every call, its answers, and its pair's fidelity tiers (``first``
-    as in ``segments_table``)."""
+@dataclass(frozen=True)
+class StagedCalls:
+    """A chunk's ``calls`` columns but the fidelity tiers, and its pairs' staged tiers."""
+
+    columns: dict[str, Any]
+    scored: list[int]  # positions of the calls that have a pair, in order
+    staged: list[Staged]  # their tiers, inexact ones still without the text similarity
+
+
+def stage_calls(run_id: str, step: int, episodes: Sequence[Episode], first: int = 0) -> StagedCalls:
+    """Every ``calls`` column of ``episodes`` but the fidelity tiers, which wait for the text
+    similarities of the step's ``pending_texts`` (``first`` as in ``segments_table``)."""
     owner, index = _positions([len(ep.calls) for ep in episodes])
     recs = [c for ep in episodes for c in ep.calls]
     calls = list(map(attrgetter("call"), recs))
@@ -245,17 +260,36 @@ def calls_table(run_id: str, step: int, episodes: Sequence[Episode], first: int 
                 None if r is None else ("ok" if r.error is None else "error") for r in answered
             ]
     columns["pair_source"] = sources = list(map(_pair_source, recs))
-    columns.update(zip(_TIER_COLUMNS, _tier_columns(sources, results, scoring_texts), strict=True))
     columns["real_nll"] = [v for ep in episodes for v in _real_nll(ep)]
+    scored, pairs = _pairs(sources, results, scoring_texts)
+    return StagedCalls(columns, scored, stage_pairs(pairs))
+
+
+def finish_calls(staged: StagedCalls, similarity: Mapping[tuple[str, str], float]) -> pa.Table:
+    """The ``calls`` shard of a staged chunk, given the text similarity of its pending pairs."""
+    columns = staged.columns
+    per_call: list[tuple[Any, ...]] = [_UNSCORED] * len(columns["pair_source"])
+    for i, tiers in zip(staged.scored, finish_pairs(staged.staged, similarity), strict=True):
+        per_call[i] = tiers
+    tiers = list(zip(*per_call, strict=True)) if per_call else [[] for _ in _TIER_COLUMNS]
+    columns = {**columns, **dict(zip(_TIER_COLUMNS, tiers, strict=True))}
     return pa.table({f.name: pa.array(columns[f.name], f.type) for f in CALLS}, schema=CALLS)
 
 
-def _tier_columns(
+def calls_table(run_id: str, step: int, episodes: Sequence[Episode], first: int = 0) -> pa.Table:
+    """The ``calls`` shard: every call, its answers, and its pair's fidelity tiers (``first``
+    as in ``segments_table``)."""
+    staged = stage_calls(run_id, step, episodes, first)
+    texts = pending_texts(staged.staged)
+    return finish_calls(staged, dict(zip(texts, similarities(texts), strict=True)))
+
+
+def _pairs(
     sources: list[str | None],
     results: dict[str, list[ToolResult | None]],
     scoring_texts: dict[str, Sequence[str | None]],
-) -> list[Sequence[Any]]:
-    """The fidelity tier columns: every pair of the step scored in one ``score_pairs`` call."""
+) -> tuple[list[int], list[tuple[ToolResult | None, ToolResult, tuple[str, str] | None]]]:
+    """The positions of the calls that have a pair, and each pair for ``stage_pairs``."""
     error_texts: dict[tuple[str, str], str] = {}
     real, real_texts = results["real"], scoring_texts["real"]
     scored = [i for i, source in enumerate(sources) if source is not None]
@@ -265,12 +299,7 @@ def _tier_columns(
         assert source is not None and real_answer is not None  # as _pair_source guarantees
         predicted, p_text = results[source][i], scoring_texts[source][i]
         pairs.append(_pair(predicted, p_text, real_answer, real_texts[i], error_texts))
-    per_call: list[tuple[Any, ...]] = [_UNSCORED] * len(sources)
-    for i, tiers in zip(scored, score_pairs(pairs), strict=True):
-        per_call[i] = tiers
-    if not per_call:
-        return [[] for _ in _TIER_COLUMNS]
-    return list(zip(*per_call, strict=True))
+    return scored, pairs
 
 
 def _meta_json(meta: dict[str, Any]) -> str:
@@ -371,22 +400,36 @@ def _chunked(
     return pa.concat_tables([build(run_id, step, part, first) for first, part in chunks])
 
 
+def _inline(texts: list[tuple[str, str]]) -> Callable[[], Sequence[float]]:
+    return lambda: similarities(texts)
+
+
 def iter_step_tables(
-    run_id: str, step: int, episodes: Sequence[Episode]
+    run_id: str,
+    step: int,
+    episodes: Sequence[Episode],
+    submit: Callable[[list[tuple[str, str]]], Callable[[], Sequence[float]]] = _inline,
 ) -> Iterator[tuple[str, pa.Table]]:
     """The step's four episode-data tables in ``WRITE_ORDER``, each built when asked for.
 
-    Segments, rehearsals, calls, then episodes (which aggregates the other three). The first
-    three are built chunk by chunk (``CHUNK_SEGMENTS``) and concatenated: each table makes
-    several passes over the episodes' objects, and a chunk's objects stay in the CPU cache from
-    one pass to the next (~12 % less time per bench/storage.py step than whole-step passes).
+    Segments, rehearsals, calls, then episodes (which aggregates the other three). The calls
+    are staged first: every column but the fidelity tiers, whose text similarities go to
+    ``submit`` (``storage.scoring`` may compute them in a helper process) and are collected
+    only once segments and rehearsals are built. The first three tables are built chunk by
+    chunk (``CHUNK_SEGMENTS``) and concatenated: each makes several passes over the episodes'
+    objects, and a chunk's objects stay in the CPU cache from one pass to the next (~12 % less
+    time per bench/storage.py step than whole-step passes).
     """
     chunks = _chunks(episodes)
+    staged = [stage_calls(run_id, step, part, first) for first, part in chunks]
+    texts = list(dict.fromkeys(t for chunk in staged for t in pending_texts(chunk.staged)))
+    similarity = submit(texts)
     segments = _chunked(segments_table, run_id, step, chunks)
     yield "segments", segments
     rehearsals = _chunked(rehearsals_table, run_id, step, chunks)
     yield "rehearsals", rehearsals
-    calls = _chunked(calls_table, run_id, step, chunks)
+    by_texts = dict(zip(texts, similarity(), strict=True))
+    calls = pa.concat_tables([finish_calls(chunk, by_texts) for chunk in staged])
     yield "calls", calls
     yield "episodes", episodes_table(run_id, step, episodes, segments, rehearsals, calls)
 

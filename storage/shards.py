@@ -53,6 +53,7 @@ from storage.layout import (
 )
 from storage.rows import iter_step_tables
 from storage.schema import METRICS, SCHEMA_VERSION, WRITE_ORDER, check_version
+from storage.scoring import SimilarityHelper
 
 COMPRESSION = "zstd"
 # Small row groups: rows are in episode order, so min/max statistics on episode_index let a
@@ -157,6 +158,7 @@ class RunWriter:
         remove_stale_temporaries(self.path)
         previous = read_progress(self.path)
         self._started_at = previous.started_at or time.time()
+        self._similarity = SimilarityHelper()  # pairs' text similarity on another core
 
     @classmethod
     def create(
@@ -203,7 +205,8 @@ class RunWriter:
                 _cyclic_gc_paused(),
                 ThreadPoolExecutor(max_workers=1, thread_name_prefix="envace-shards") as pool,
             ):
-                for name, table in iter_step_tables(self.run_id, step, episodes):
+                tables = iter_step_tables(self.run_id, step, episodes, self._similarity.submit)
+                for name, table in tables:
                     staged[name] = pool.submit(_stage, shard_path(self.path, name, step), table)
             temporaries = {name: future.result() for name, future in staged.items()}
         except BaseException:
@@ -248,7 +251,9 @@ class RunWriter:
         write_json(self.path / PROGRESS, report.model_dump(), durable=False)
 
     def finish(self, status: str = "done", message: str = "") -> None:
-        """Record the final status (done, failed or cancelled), keeping the last counts."""
+        """Record the final status (done, failed or cancelled), keeping the last counts; stops
+        the similarity helper process, if one was started."""
+        self._similarity.close()
         last = read_progress(self.path)
         self.progress(last.done, last.total, message or last.message, status=status)
 

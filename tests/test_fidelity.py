@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import datetime
 import difflib
+import enum
 import json
 import math
 import random
 import re
+import uuid
 from dataclasses import astuple
 
 import pytest
@@ -222,6 +225,59 @@ def test_canonical_json_is_json_dumps_sorted_and_compact(value):
     expected = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     assert canonical_json(value) == expected
     assert json_tokens(expected) == READABLE_TOKEN.findall(expected)
+
+
+# What orjson (canonical_json's fast path) writes unlike json, or refuses: floats of every
+# magnitude (below 1e-4 it writes 1e-5 where repr writes 1e-05), NaN and infinities, ints past
+# 64 bits, lone surrogates, non-str keys, None.
+awkward_scalars = st.one_of(
+    st.floats(),
+    st.floats(min_value=-1e-3, max_value=1e-3),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.text(st.characters(min_codepoint=0xD7F0, max_codepoint=0xE010), max_size=4),
+    st.text(max_size=6),
+    st.none(),
+    st.booleans(),
+)
+awkward_values = st.recursive(
+    awkward_scalars,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.tuples(inner, inner)
+        | st.dictionaries(st.text(max_size=3), inner, max_size=4)
+        | st.dictionaries(st.integers(-5, 5), inner, max_size=3)
+    ),
+    max_leaves=10,
+)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(awkward_values)
+def test_canonical_json_fast_path_writes_what_json_writes(value):
+    try:
+        expected = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    except (TypeError, ValueError) as err:
+        with pytest.raises(type(err)):
+            canonical_json(value)
+        return
+    assert canonical_json(value) == expected
+
+
+def test_canonical_json_writes_uuids_and_enums_as_their_values():
+    class Colour(enum.Enum):
+        RED = "red"
+        DEEP = (1e-05, None)
+
+    key = uuid.UUID(int=5)
+    assert canonical_json({"id": key, "c": Colour.RED}) == (
+        '{"c":"red","id":"00000000-0000-0000-0000-000000000005"}'
+    )
+    # The same text whichever path writes it: NaN sends the whole value through json.
+    assert canonical_json([Colour.DEEP, key, math.nan]) == (
+        '[[1e-05,null],"00000000-0000-0000-0000-000000000005",NaN]'
+    )
+    with pytest.raises(TypeError):
+        canonical_json({"when": datetime.date(2026, 12, 1)})  # dates stay non-JSON
 
 
 @settings(max_examples=300, deadline=None)
