@@ -64,15 +64,14 @@ def merge_partials(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention (and its log-sum-exp) over keys A ∪ B from attention over A and over B alone.
 
-    With ``lse`` the log of each part's softmax denominator, the full softmax weighs part A's
-    output by ``exp(lse_a) / (exp(lse_a) + exp(lse_b))``; subtracting the larger ``lse`` first
-    keeps the exponentials in range.
+    With ``lse`` the log of each part's softmax denominator, the full softmax weighs part B's
+    output by ``exp(lse_b) / (exp(lse_a) + exp(lse_b)) = sigmoid(lse_b - lse_a)``, and the
+    union's log-sum-exp is ``logaddexp(lse_a, lse_b)``: four kernels per merge (a decode step
+    runs two merges per layer), each stable for any finite or -inf ``lse``. A part B with
+    ``lse_b = -inf`` gets weight exactly 0, which leaves part A exactly as it was.
     """
-    top = torch.maximum(lse_a, lse_b)
-    wa, wb = torch.exp(lse_a - top), torch.exp(lse_b - top)
-    total = wa + wb
-    out = (out_a * wa[..., None] + out_b * wb[..., None]) / total[..., None]
-    return out, top + torch.log(total)
+    weight = torch.sigmoid(lse_b - lse_a)
+    return torch.lerp(out_a, out_b, weight[..., None]), torch.logaddexp(lse_a, lse_b)
 
 
 def common_prefix(a: tuple[int, ...], b: tuple[int, ...]) -> int:
@@ -95,8 +94,9 @@ class _Plan:
     """Per-step index tensors of a ``PromptSlab`` (rebuilt only when rows join or leave).
 
     ``gather[p, r]`` is the batch row of slot ``p``'s ``r``-th member (0 as filler); ``pos[j]``
-    is row ``j``'s place ``p * width + r`` in the gathered queries; ``member[j]`` says whether
-    row ``j`` uses this slab; ``mask`` lets each query see only its row's columns of the slot.
+    is row ``j``'s place ``p * width + r`` in the gathered queries; ``outsider[j]`` says that
+    row ``j`` does not use this slab; ``mask`` lets each query see only its row's columns of
+    the slot.
     """
 
     slots: int
@@ -104,7 +104,7 @@ class _Plan:
     mask: torch.Tensor  # [slots, 1, width * g, columns] additive
     gather: torch.Tensor  # [slots, width]
     pos: torch.Tensor  # [rows]
-    member: torch.Tensor  # [rows, 1, 1, 1] bool
+    outsider: torch.Tensor | None  # [rows, 1, 1] bool: rows not using this slab (None: none)
 
 
 class PromptSlab:
@@ -229,7 +229,7 @@ class PromptSlab:
         gather = torch.zeros((slots, width), dtype=torch.long)
         lengths = torch.zeros((slots, width), dtype=torch.long)
         pos = torch.zeros(rows, dtype=torch.long)
-        member = torch.zeros((rows, 1, 1, 1), dtype=torch.bool)
+        member = torch.zeros((rows, 1, 1), dtype=torch.bool)
         for p in range(slots):
             for r, (row, n) in enumerate(self.members[p].items()):
                 gather[p, r], lengths[p, r] = row, n
@@ -244,7 +244,7 @@ class PromptSlab:
             mask[:, None].to(device),
             gather.to(device),
             pos.to(device),
-            member.to(device),
+            None if bool(member.all()) else (~member).to(device),
         )
 
     def _reserve(self, slots: int, columns: int) -> None:
@@ -294,10 +294,9 @@ class PromptSlab:
         p_out = p_out.reshape(plan.slots * width, kv_heads, g, dim)[plan.pos]
         p_lse = p_lse.view(plan.slots, kv_heads, width, g).transpose(1, 2)
         p_lse = p_lse.reshape(plan.slots * width, kv_heads, g)[plan.pos]
-        merged, merged_lse = merge_partials(out, lse, p_out, p_lse)
-        return torch.where(plan.member, merged, out), torch.where(
-            plan.member[..., 0], merged_lse, lse
-        )
+        if plan.outsider is not None:  # their part gets weight 0: they keep ``out`` exactly
+            p_lse = p_lse.masked_fill(plan.outsider, float("-inf"))
+        return merge_partials(out, lse, p_out, p_lse)
 
 
 class _Active(threading.local):
