@@ -21,17 +21,28 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import select
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
+import envace_engine
 from envace_engine.fidelity import similarities
 from envace_engine.fidelity_worker import READY, receive, send
 
 MIN_PAIRS = 2000  # distinct text pairs in a step below which the helper is not worth it
 MAX_FAILURES = 3  # helper failures after which a writer stops using one
 COMMAND = (sys.executable, "-m", "envace_engine.fidelity_worker")
+
+
+def _child_env() -> dict[str, str]:
+    """This environment, with the folder this process imported ``envace_engine`` from first on
+    the helper's path: it runs the same code even when that folder is not installed."""
+    root = str(Path(envace_engine.__file__).resolve().parents[1])
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": root if not path else os.pathsep.join((root, path))}
 
 
 class SimilarityHelper:
@@ -97,7 +108,9 @@ class SimilarityHelper:
 
     def _start(self) -> None:
         try:
-            self._proc = subprocess.Popen(COMMAND, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            self._proc = subprocess.Popen(
+                COMMAND, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=_child_env()
+            )
         except OSError:
             self.failures += 1
 

@@ -6,14 +6,17 @@ too (the helper is killed, or a step fails before reading its answer).
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 import pyarrow.parquet as pq
 
+import envace_engine
 from envace_engine.fidelity import similarities
 from storage import RunWriter
 from storage.rows import step_tables
-from storage.scoring import SimilarityHelper
+from storage.scoring import SimilarityHelper, _child_env
 from storage.synthetic import make_step
 
 PAIRS = [('{"a":1}', '{"a":2}'), ('{"b":[1,2]}', '{"b":[2,1]}'), ("[1,2,3]", "[3]")]
@@ -79,3 +82,9 @@ def test_run_writer_with_the_helper_writes_the_same_tables(tmp_path):
     for name in ("calls", "episodes"):
         table = pq.read_table(tmp_path / "runs" / "r" / name / "step-000000.parquet")
         assert table.equals(expected[name].replace_schema_metadata(table.schema.metadata)), name
+
+
+def test_the_helper_imports_the_code_this_process_imported(monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    root = str(Path(envace_engine.__file__).resolve().parents[1])
+    assert _child_env()["PYTHONPATH"].split(os.pathsep) == [root, "/elsewhere"]
