@@ -131,6 +131,35 @@ TABLES: dict[str, pa.Schema] = {
 # segments, calls and rehearsals on disk.
 WRITE_ORDER = ("segments", "rehearsals", "calls", "episodes")
 
+# Parquet encoding choices (storage.shards). Dictionaries only for columns whose values repeat
+# (roles, tools, statuses, codes, ids of groups and tasks); free text, JSON, episode and call
+# ids and numbers are written plain, which zstd compresses as well or better. Min/max
+# statistics only where readers prune row groups or files: run and step, and episode_index
+# (rows are in episode order, so a one-episode lookup decodes one row group). A bench/storage.py
+# step (5000 episodes) encoded in 131 ms instead of 159, and 3 % smaller (scratch timing).
+DICTIONARY_COLUMNS = frozenset(
+    {
+        "run_id",
+        "step",
+        "role",
+        "tool",
+        "shown",
+        "rehearsed_status",
+        "real_status",
+        "pair_source",
+        "rehearsed_error",
+        "real_error",
+        "simulated_error",
+        "group_id",
+        "task_id",
+        "suite",
+        "mode",
+        "stop_reason",
+        "name",
+    }
+)
+STATISTICS_COLUMNS = ("run_id", "step", "episode_index")
+
 
 class SchemaVersionError(RuntimeError):
     """A run directory or studio database was written by a different schema version."""

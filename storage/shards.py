@@ -52,7 +52,14 @@ from storage.layout import (
     write_json,
 )
 from storage.rows import iter_step_tables
-from storage.schema import METRICS, SCHEMA_VERSION, WRITE_ORDER, check_version
+from storage.schema import (
+    DICTIONARY_COLUMNS,
+    METRICS,
+    SCHEMA_VERSION,
+    STATISTICS_COLUMNS,
+    WRITE_ORDER,
+    check_version,
+)
 from storage.scoring import SimilarityHelper
 
 COMPRESSION = "zstd"
@@ -80,30 +87,15 @@ def _cyclic_gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _dictionary_columns(schema: pa.Schema) -> list[str]:
-    """The columns worth a dictionary: all but lists of numbers (token ids, log-probs).
-
-    Token ids and log-probs hardly repeat within a page: their dictionaries took half the
-    encoding time and came out bigger after zstd than plain values (a bench/storage.py step:
-    segments 1.69 -> 1.16 MB, rehearsals 1.72 -> 1.27 MB, encoded in 12 ms instead of 21).
-    """
-    return [
-        f.name
-        for f in schema
-        if not (
-            pa.types.is_list(f.type)
-            and (pa.types.is_integer(f.type.value_type) or pa.types.is_floating(f.type.value_type))
-        )
-    ]
-
-
 def _write_parquet(table: pa.Table, where: Any) -> None:
+    names = set(table.schema.names)
     pq.write_table(
         table,
         where,
         compression=COMPRESSION,
         row_group_size=ROW_GROUP_ROWS,
-        use_dictionary=_dictionary_columns(table.schema),
+        use_dictionary=sorted(DICTIONARY_COLUMNS & names),
+        write_statistics=[c for c in STATISTICS_COLUMNS if c in names],
     )
 
 
