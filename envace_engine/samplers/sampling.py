@@ -64,6 +64,8 @@ def sample_categorical(probs: torch.Tensor, generator: torch.Generator | None) -
     index = (block * CDF_BLOCK + within.clamp(max=CDF_BLOCK - 1)).squeeze(1)
     index = index.clamp(max=vocab - 1)
     possible = probs.gather(1, index[:, None]).squeeze(1) > 0
+    if bool(possible.all()):  # nearly always: skip a pass over the whole vocabulary
+        return index
     return torch.where(possible, index, probs.argmax(dim=-1))
 
 
