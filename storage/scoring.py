@@ -25,6 +25,7 @@ import os
 import select
 import subprocess
 import sys
+import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -43,6 +44,19 @@ def _child_env() -> dict[str, str]:
     root = str(Path(envace_engine.__file__).resolve().parents[1])
     path = os.environ.get("PYTHONPATH")
     return {**os.environ, "PYTHONPATH": root if not path else os.pathsep.join((root, path))}
+
+
+_LIVE: weakref.WeakSet[SimilarityHelper] = weakref.WeakSet()  # helpers with a process
+
+
+def _drop_helpers_in_child() -> None:
+    """After a fork, the child closes its copies of the helpers' pipes (and never uses them):
+    otherwise a helper would only see end-of-input once every forked child had exited too."""
+    for helper in list(_LIVE):
+        helper._forget()
+
+
+os.register_at_fork(after_in_child=_drop_helpers_in_child)
 
 
 class SimilarityHelper:
@@ -113,6 +127,16 @@ class SimilarityHelper:
             )
         except OSError:
             self.failures += 1
+            return
+        _LIVE.add(self)
+
+    def _forget(self) -> None:
+        """Close this process's ends of the pipes without stopping the helper (not ours)."""
+        proc, self._proc, self._ready, self._pending = self._proc, None, False, False
+        if proc is not None:
+            for stream in (proc.stdin, proc.stdout):
+                with contextlib.suppress(OSError):
+                    stream.close()  # type: ignore[union-attr]
 
     def _lost(self) -> None:
         self.failures += 1

@@ -88,3 +88,19 @@ def test_the_helper_imports_the_code_this_process_imported(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", "/elsewhere")
     root = str(Path(envace_engine.__file__).resolve().parents[1])
     assert _child_env()["PYTHONPATH"].split(os.pathsep) == [root, "/elsewhere"]
+
+
+def test_a_forked_child_does_not_keep_the_helper_alive():
+    helper = SimilarityHelper(min_pairs=1)
+    ready(helper)
+    proc = helper._proc
+    child = os.fork()
+    if child == 0:  # the child holds no copy of the helper's pipes: it only waits
+        time.sleep(20)
+        os._exit(0)
+    try:
+        helper.close()  # the helper sees end-of-input and exits by itself (not killed)
+        assert proc.returncode == 0
+    finally:
+        os.kill(child, 9)
+        os.waitpid(child, 0)
