@@ -62,7 +62,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
-from orjson import dumps as _orjson_dumps
 
 from envace_engine.types import ToolResult
 
@@ -73,8 +72,25 @@ if TYPE_CHECKING:
 REL_TOL = 0.01  # numbers within 1 % of each other are the same value
 ABS_TOL = 1e-9  # so that 0.0 and float noise around it still match
 NLL_META_KEY = "real_nll"  # Episode.meta key: {call_index: nll per token of the real response}
+
+
+def _json_default(value: Any) -> Any:
+    """What canonical JSON makes of the two non-JSON types orjson writes natively.
+
+    orjson writes a UUID as its string and an Enum as its value; json's fallback path does the
+    same, so that the canonical text of a value never depends on which path produced it.
+    """
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, enum.Enum):
+        return value.value
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
 # One shared encoder: json.dumps would build a new one per call, a third of the cost here.
-_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+_ENCODER = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_json_default
+)
 # For a real answer JSON cannot hold (a tool returned a set, a date): its other parts stay JSON
 # and each such object is its repr(), so the pair is still compared instead of failing.
 _LENIENT = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=repr)
@@ -122,19 +138,6 @@ def canonical(result: ToolResult) -> Any:
     return {"error": {"code": result.error.code, "message": result.error.message}}
 
 
-def _json_default(value: Any) -> Any:
-    """What canonical JSON makes of the two non-JSON types orjson writes natively.
-
-    orjson writes a UUID as its string and an Enum as its value; json's fallback path does the
-    same, so that the canonical text of a value never depends on which path produced it.
-    """
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    if isinstance(value, enum.Enum):
-        return value.value
-    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
-
-
 def _c_encoder() -> Callable[[Any, int], Any] | None:
     """json's C encoder for canonical JSON, built once (``encode`` builds one per call: half
     its cost).
@@ -148,7 +151,7 @@ def _c_encoder() -> Callable[[Any, int], Any] | None:
         return None
     return make(
         None,  # no circular-reference markers
-        _json_default,
+        _ENCODER.default,
         json.encoder.encode_basestring,  # what ensure_ascii=False uses
         None,  # indent
         _ENCODER.key_separator,
@@ -180,9 +183,7 @@ _ORJSON_OPTIONS = (
 
 def _json_canonical(value: Any) -> str:
     if _C_ENCODER is None:
-        return json.JSONEncoder(
-            sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_json_default
-        ).encode(value)
+        return _ENCODER.encode(value)
     try:
         return "".join(_C_ENCODER(value, 0))
     except RecursionError as err:
@@ -202,7 +203,7 @@ def canonical_json(value: Any) -> str:
     deeply nested) one.
     """
     try:
-        out = _orjson_dumps(value, option=_ORJSON_OPTIONS)
+        out = orjson.dumps(value, option=_ORJSON_OPTIONS)
     except TypeError:
         out = None  # json decides, outside this handler: its own error is the one to see
     if out is None or out.find(b"null") >= 0 or out.find(b"e-") >= 0 or out.find(b"0.0000") >= 0:

@@ -276,14 +276,6 @@ def finish_calls(staged: StagedCalls, similarity: Mapping[tuple[str, str], float
     return pa.table({f.name: pa.array(columns[f.name], f.type) for f in CALLS}, schema=CALLS)
 
 
-def calls_table(run_id: str, step: int, episodes: Sequence[Episode], first: int = 0) -> pa.Table:
-    """The ``calls`` shard: every call, its answers, and its pair's fidelity tiers (``first``
-    as in ``segments_table``)."""
-    staged = stage_calls(run_id, step, episodes, first)
-    texts = pending_texts(staged.staged)
-    return finish_calls(staged, dict(zip(texts, similarities(texts), strict=True)))
-
-
 def _pairs(
     sources: list[str | None],
     results: dict[str, list[ToolResult | None]],

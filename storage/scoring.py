@@ -50,7 +50,7 @@ _LIVE: weakref.WeakSet[SimilarityHelper] = weakref.WeakSet()  # helpers with a p
 
 
 def _drop_helpers_in_child() -> None:
-    """After a fork, the child closes its copies of the helpers' pipes (and never uses them):
+    """After a fork, the child closes its copies of the helpers' pipes (and never waits for them):
     otherwise a helper would only see end-of-input once every forked child had exited too."""
     for helper in list(_LIVE):
         helper._forget()
@@ -130,13 +130,15 @@ class SimilarityHelper:
             return
         _LIVE.add(self)
 
-    def _forget(self) -> None:
-        """Close this process's ends of the pipes without stopping the helper (not ours)."""
+    def _forget(self) -> subprocess.Popen[bytes] | None:
+        """Close this process's ends of the pipes (the helper sees end-of-input) and return the
+        helper's process, no longer used here."""
         proc, self._proc, self._ready, self._pending = self._proc, None, False, False
         if proc is not None:
             for stream in (proc.stdin, proc.stdout):
                 with contextlib.suppress(OSError):
                     stream.close()  # type: ignore[union-attr]
+        return proc
 
     def _lost(self) -> None:
         self.failures += 1
@@ -144,12 +146,9 @@ class SimilarityHelper:
 
     def close(self) -> None:
         """Stop the helper (closing its stdin ends it); a later large step starts a new one."""
-        proc, self._proc, self._ready, self._pending = self._proc, None, False, False
+        proc = self._forget()
         if proc is None:
             return
-        for stream in (proc.stdin, proc.stdout):
-            with contextlib.suppress(OSError):
-                stream.close()  # type: ignore[union-attr]
         try:
             proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
