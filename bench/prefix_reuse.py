@@ -36,9 +36,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 def _setup(quick: bool) -> dict:
     from envace_engine.environments import get_suite
     from envace_engine.models import load_model, load_tokenizer, resolve
-    from envace_engine.rehearsal import imagine_config
-    from envace_engine.rollout import RolloutConfig
-    from envace_engine.samplers.hf import HFSampler
+    from envace_engine.rollout.loop import RolloutConfig
+    from envace_engine.samplers.embedded.sampler import HFSampler
+    from envace_engine.testtime.rehearsal import imagine_config
 
     spec = resolve("smollm2-135m")
     tokenizer = load_tokenizer(spec)
@@ -69,7 +69,7 @@ def _setup(quick: bool) -> dict:
 
 def _time(env: dict, sampler_key: str, episodes: int, config: object) -> tuple[float, float, int]:
     """Wall and CPU seconds of one rollout of ``episodes`` imagined episodes; tokens sampled."""
-    from envace_engine.rollout import rollout
+    from envace_engine.rollout.loop import rollout
 
     wall, cpu = time.perf_counter(), time.process_time()
     out = rollout(

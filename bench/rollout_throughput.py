@@ -108,8 +108,8 @@ def run_engine(
     starts as a trainer's next step would: with that memory freed for reuse.
     """
     from envace_engine.environments import get_suite
-    from envace_engine.rollout import RolloutConfig, rollout, rollout_metrics
-    from envace_engine.samplers.hf import HFSampler
+    from envace_engine.rollout.loop import RolloutConfig, rollout, rollout_metrics
+    from envace_engine.samplers.embedded.sampler import HFSampler
 
     suite = get_suite("toy")
     pool = suite.tasks("train")
@@ -181,7 +181,7 @@ def replay_naive(
     """
     import torch
 
-    from envace_engine.samplers.packed import PackedLinears
+    from envace_engine.samplers.embedded.packed import PackedLinears
 
     kernels = PackedLinears(model, enabled=packed)
     tokens, seconds, rates = 0, 0.0, []

@@ -6,7 +6,7 @@ one process holds both writers and alternates them step by step (the same synthe
 each version writing its own run), so a slow spell hits both alike.
 
 What is compared: ``RunWriter.episodes`` of this checkout against that of ``--base``, whose
-``storage/shards.py``, ``storage/rows.py`` and ``envace_engine/fidelity.py`` are read with
+``storage/shards.py``, ``storage/rows.py`` and ``envace_engine/fidelity/metrics.py`` are read with
 ``git show`` and loaded under other module names (every other module, ``storage.layout`` and
 ``storage.schema`` included, is this checkout's: a revision whose writer needs other versions
 of those cannot be compared this way). Per step: turns per second of wall time and of the
@@ -38,11 +38,13 @@ sys.path.insert(0, str(ROOT))
 from storage import RunWriter  # noqa: E402
 from storage.synthetic import make_step  # noqa: E402
 
-# (module name under which the base's file is loaded, its path, the imports it gets instead)
+# (module name under which the base's file is loaded, its paths — the first one the revision
+# has: the fidelity module moved into a package —, the imports it gets instead)
+FIDELITY = ("envace_engine.fidelity.metrics", "envace_engine.fidelity")
 BASE_MODULES = (
-    ("_base_fidelity", "envace_engine/fidelity.py", ()),
-    ("_base_rows", "storage/rows.py", (("envace_engine.fidelity", "_base_fidelity"),)),
-    ("_base_shards", "storage/shards.py", (("storage.rows", "_base_rows"),)),
+    ("_base_fidelity", ("envace_engine/fidelity/metrics.py", "envace_engine/fidelity.py"), ()),
+    ("_base_rows", ("storage/rows.py",), tuple((f, "_base_fidelity") for f in FIDELITY)),
+    ("_base_shards", ("storage/shards.py",), (("storage.rows", "_base_rows"),)),
 )
 WARM_UP = 2  # steps of each writer left out of the medians
 
@@ -50,13 +52,8 @@ WARM_UP = 2  # steps of each writer left out of the medians
 def load_base(revision: str) -> types.ModuleType:
     """The base revision's ``storage.shards`` module (with its rows and fidelity modules)."""
     module = None
-    for name, path, imports in BASE_MODULES:
-        source = subprocess.run(
-            ["git", "show", f"{revision}:{path}"], cwd=ROOT, capture_output=True, text=True
-        )
-        if source.returncode != 0:
-            raise SystemExit(f"--base {revision}: cannot read {path}: {source.stderr.strip()}")
-        text = source.stdout
+    for name, paths, imports in BASE_MODULES:
+        path, text = _show(revision, paths)
         for old, new in imports:
             text = text.replace(f"from {old} import", f"from {new} import")
         module = types.ModuleType(name)
@@ -67,6 +64,19 @@ def load_base(revision: str) -> types.ModuleType:
         )  # the repo's own file, from git
     assert module is not None
     return module
+
+
+def _show(revision: str, paths: tuple[str, ...]) -> tuple[str, str]:
+    """The first of ``paths`` that exists at ``revision``, and its text."""
+    errors = []
+    for path in paths:
+        source = subprocess.run(
+            ["git", "show", f"{revision}:{path}"], cwd=ROOT, capture_output=True, text=True
+        )
+        if source.returncode == 0:
+            return path, source.stdout
+        errors.append(source.stderr.strip())
+    raise SystemExit(f"--base {revision}: cannot read {' or '.join(paths)}: {errors[-1]}")
 
 
 def run(revision: str, steps: int, per_step: int) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from envace_engine.environments import get_suite
-from envace_engine.environments.bfcl_backends import make_bfcl_env
+from envace_engine.environments.bfcl.backends import make_bfcl_env
 from envace_engine.types import Task
 
 

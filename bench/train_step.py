@@ -79,11 +79,11 @@ def _child(args: argparse.Namespace) -> dict:
 
     import torch
 
-    from envace_engine.advantages import row_advantages, scorable
-    from envace_engine.batching import collate, micro_batches
     from envace_engine.logprobs import completion_logprobs
-    from envace_engine.loss import LossInputs, policy_loss
     from envace_engine.models import load_model, resolve
+    from envace_engine.training.advantages import row_advantages, scorable
+    from envace_engine.training.batching import collate, micro_batches
+    from envace_engine.training.loss import LossInputs, policy_loss
 
     torch.manual_seed(0)
     model = load_model(resolve(args.model)).train()

@@ -2,7 +2,7 @@
 
 The tree is pydantic (it parses outside text). Top-level keys are the run's identity and the
 GRPO batch shape; the sections ``[rollout]``, ``[advantages]``, ``[loss]``, ``[optim]`` and
-``[distributed]`` hold the knobs of one concept each. Defaults follow EnvACE's run (ENVACE.md
+``[distributed]`` hold the knobs of one concept each. Defaults follow EnvACE's run (docs/method.md
 §4): one optimizer step per rollout batch, constant lr, grad clip 1.0, ratio clip 0.2, dual
 clip 3, KL off, mean-only advantages pooled over rows. Every unknown key, wrong type or
 out-of-range value is an error naming the key, what is wrong and what to set instead

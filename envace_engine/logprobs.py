@@ -12,7 +12,7 @@ backward pass. Training only needs ``log p(token_t | tokens_<t)`` at the complet
    backward recomputes each tile and turns it into the logits gradient in place;
 4. scatter the values back to ``[B, L]``, aligned with ``input_ids`` (zero off the completion).
 
-Why not TRL's ``ChunkedLogProbFunction`` / ``add_fused_lm_head`` (FACTS.md): both give correct
+Why not TRL's ``ChunkedLogProbFunction`` / ``add_fused_lm_head`` (docs/platform.md §3): both give correct
 values and gradients on CPU, but off Triton devices ``add_fused_lm_head`` scores *every*
 position with a 32768-column tile (``[4096, 32768]`` fp32 = 512 MB), and the kernel's torch
 fallback makes ~10 elementwise passes per tile; measured on this machine its backward over 1024

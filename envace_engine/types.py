@@ -37,7 +37,7 @@ class Role(StrEnum):
 
 
 class Mode(StrEnum):
-    """Who answers the agent's tool calls (ENVACE.md §1)."""
+    """Who answers the agent's tool calls (docs/method.md §1)."""
 
     REHEARSAL = "rehearsal"
     REAL = "real"
@@ -131,7 +131,7 @@ class Rehearsal:
     call_index: int  # index into Episode.calls
     prompt_ids: tuple[int, ...]
     completion: Segment
-    grounded: bool  # whether reference results were put in the prompt (ENVACE.md §2)
+    grounded: bool  # whether reference results were put in the prompt (docs/method.md §2)
 
 
 @dataclass(frozen=True)

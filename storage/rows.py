@@ -7,7 +7,7 @@ columns derived from others (row positions, ``call_id``) are computed by numpy o
 Nothing is re-tokenised: the stored tokens are the training data.
 
 Every (rehearsed or simulated, real) pair is scored here, once, at write time, with exactly
-``envace_engine.fidelity.compare``'s tiers, reusing the canonical JSON the result columns
+``envace_engine.fidelity.metrics.compare``'s tiers, reusing the canonical JSON the result columns
 already hold: the pairs are staged (``stage_pairs``: every tier but the text similarity of
 inexact pairs), the step's distinct text pairs go to ``similarities`` in one batch (shared by
 repeated pairs; ``storage.scoring`` may run it in a helper process meanwhile), and the tiers
@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from envace_engine.fidelity import (
+from envace_engine.fidelity.metrics import (
     NLL_META_KEY,
     Fidelity,
     Staged,

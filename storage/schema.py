@@ -93,7 +93,7 @@ CALLS = pa.schema(
         ("key_jaccard", pa.float64()),
         ("value_match", pa.float64()),
         ("text_similarity", pa.float64()),
-        ("fidelity", pa.float64()),  # envace_engine.fidelity score
+        ("fidelity", pa.float64()),  # envace_engine.fidelity.metrics score
         ("real_nll", pa.float64()),  # nats per token of the real response, when computed
     ]
 )

@@ -3,12 +3,12 @@
 Why. Writing a step is Python work that holds the GIL (building Arrow columns from the
 episodes' objects, canonical JSON, the fidelity tiers), except the Parquet encoding, which a
 worker thread does on the second core. The tiers' costliest part, the text similarity of each
-inexact pair (``envace_engine.fidelity.similarities``), needs nothing but the two canonical JSON
+inexact pair (``fidelity.metrics.similarities``), needs nothing but the two canonical JSON
 texts, so it can run in another process while the writer builds the segments and rehearsals
 shards: in ``bench/storage.py`` it is about a fifth of the writer's Python time.
 
 ``SimilarityHelper.submit`` sends a step's text pairs to one helper process
-(``python -m envace_engine.fidelity_worker``) and returns a function that waits for the
+(``python -m envace_engine.fidelity.worker``) and returns a function that waits for the
 answer. Small steps (under ``MIN_PAIRS`` distinct pairs) are computed in the calling process:
 shipping them costs more than it saves. The helper is started at the first large step and used
 from the first step that finds it ready (its start is not waited for). If it cannot be started,
@@ -30,12 +30,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import envace_engine
-from envace_engine.fidelity import similarities
-from envace_engine.fidelity_worker import READY, receive, send
+from envace_engine.fidelity.metrics import similarities
+from envace_engine.fidelity.worker import READY, receive, send
 
 MIN_PAIRS = 2000  # distinct text pairs in a step below which the helper is not worth it
 MAX_FAILURES = 3  # helper failures after which a writer stops using one
-COMMAND = (sys.executable, "-m", "envace_engine.fidelity_worker")
+COMMAND = (sys.executable, "-m", "envace_engine.fidelity.worker")
 
 
 def _child_env() -> dict[str, str]:

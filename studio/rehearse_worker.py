@@ -95,7 +95,7 @@ class _Models:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from envace_engine.models import resolve
-        from envace_engine.samplers.hf import HFSampler
+        from envace_engine.samplers.embedded.sampler import HFSampler
 
         spec = resolve(name)
         if spec.kind != "hf":
@@ -122,11 +122,16 @@ def answer_call(models: _Models, request: dict[str, Any]) -> dict[str, Any]:
 
     Request: ``{"kind": "call", "model", "suite", "split", "task_id", "call": {"name",
     "arguments"}, "grounded", ...sampling}``. The rehearse prompt is built by the same function
-    the rollout uses (ENVACE.md §2, no history: the call is the first of the episode); the real
+    the rollout uses (docs/method.md §2, no history: the call is the first of the episode); the real
     response comes from a fresh environment at the task's initial state.
     """
     from envace_engine.environments import get_suite
-    from envace_engine.prompts import RehearseContext, assistant_text, rehearse_messages, render
+    from envace_engine.rollout.prompts import (
+        RehearseContext,
+        assistant_text,
+        rehearse_messages,
+        render,
+    )
     from envace_engine.types import ToolCall
 
     suite = get_suite(str(request.get("suite", "toy")))
@@ -157,7 +162,7 @@ def answer_call(models: _Models, request: dict[str, Any]) -> dict[str, Any]:
 
 
 def _rehearse(models: _Models, request: dict[str, Any], ids: list[int]) -> dict[str, Any]:
-    from envace_engine.parsing import parse_rehearsal
+    from envace_engine.rollout.parsing import parse_rehearsal
     from envace_engine.samplers.base import SamplingParams
 
     sampler, tok, load_s = models.sampler(str(request.get("model", "smollm2-135m")))

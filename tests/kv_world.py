@@ -1,4 +1,4 @@
-"""A tiny key-value world and a scripted sampler, for rollout tests (STYLE.md 11).
+"""A tiny key-value world and a scripted sampler, for rollout tests.
 
 ``KVSuite``/``KVEnv`` implement the ``Suite``/``Environment`` protocols for real (tools run and
 change state). ``ScriptedSampler`` implements the ``Sampler`` protocol: it decodes each prompt,

@@ -2,7 +2,7 @@
 
 It is a real HTTP server (stdlib ``ThreadingHTTPServer`` on 127.0.0.1, a free port, a background
 thread) backed by a real model through ``HFSampler``. It follows the stub checklist of
-PROTOCOLS.md §1.9: single request → object, batch → list; ``output_ids`` include the stop token
+docs/protocols.md §1.6: single request → object, batch → list; ``output_ids`` include the stop token
 while ``text`` drops it; ``meta_info`` with ``id``, ``finish_reason`` objects, token counts,
 ``cached_tokens``, ``weight_version`` and ``[logprob, id, null]`` triples; 400 with a string
 ``error`` on unknown ``sampling_params`` keys; prefix-matching ``/abort_request`` that turns
@@ -35,9 +35,9 @@ from typing import Any
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from envace_engine.samplers.base import Generation, SamplingParams
-from envace_engine.samplers.hf import HFSampler
+from envace_engine.samplers.embedded.sampler import HFSampler
 
-# the exact sampling_params key set SGLang's contract accepts (PROTOCOLS.md 1.1)
+# the exact sampling_params key set SGLang's contract accepts (docs/protocols.md §1.1)
 _SAMPLING_KEY_NAMES = """
 max_new_tokens temperature top_p top_k min_p frequency_penalty presence_penalty repetition_penalty
 min_new_tokens stop stop_token_ids stop_regex ignore_eos skip_special_tokens no_stop_trim n

@@ -131,7 +131,7 @@ def make_run(root: Path, run_id: str = "train-demo", steps: int = 2, per_step: i
 
 
 def make_sweep(root: Path, run_id: str = "sweep-demo") -> str:
-    """A finished sweep run laid out as envace_engine.evaluate.run_sweep writes it: plain N=0
+    """A finished sweep run laid out as testtime.evaluate.run_sweep writes it: plain N=0
     once, then parallel and sequential N=2; three tasks each; committed episodes are real-mode,
     imagined ones rehearsal-mode (they must not count)."""
     writer = RunWriter.create(root, "sweep", model="tiny", suite="toy", run_id=run_id)

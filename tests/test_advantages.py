@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from envace_engine.advantages import compute_advantages, row_advantages, scorable
+from envace_engine.training.advantages import compute_advantages, row_advantages, scorable
 from envace_engine.types import Role, TrainRow
 
 LAYOUT = [("e1", 1.0, 3, 2), ("e2", 0.0, 1, 0), ("e3", 0.5, 2, 1), ("e4", None, 2, 0)]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from envace_engine.batching import TRAINED_ROLES, collate, micro_batches, role_id
+from envace_engine.training.batching import TRAINED_ROLES, collate, micro_batches, role_id
 from envace_engine.types import Role, TrainRow
 
 ROWS = [

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import torch
 
-from envace_engine import checkpoint
-from envace_engine.checkpoint import TrainState
-from envace_engine.trainer import draw_tasks
+from envace_engine.training import checkpoint
+from envace_engine.training.checkpoint import TrainState
+from envace_engine.training.trainer import draw_tasks
 from envace_engine.types import Task
 
 JOB = Path(__file__).resolve().parent / "train_job.py"

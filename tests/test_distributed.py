@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from envace_engine import distributed
+from envace_engine.training.parallel import distributed
 
 JOB = Path(__file__).resolve().parent / "train_job.py"
 

@@ -13,9 +13,9 @@ import uuid
 import pytest
 
 from envace_engine.environments import get_suite
-from envace_engine.environments.bfcl import ADDED_FUNCTIONS_PROMPT
-from envace_engine.environments.bfcl_backends import make_bfcl_env
-from envace_engine.environments.bfcl_checker import bfcl_check, call_string, parse_call_string
+from envace_engine.environments.bfcl.backends import make_bfcl_env
+from envace_engine.environments.bfcl.checker import bfcl_check, call_string, parse_call_string
+from envace_engine.environments.bfcl.suite import ADDED_FUNCTIONS_PROMPT
 from envace_engine.environments.tool_environment import TOOL_NOT_AVAILABLE
 from envace_engine.types import Task, ToolCall
 

@@ -9,7 +9,7 @@ from collections import defaultdict
 import pytest
 
 from envace_engine.environments import get_suite
-from envace_engine.environments.bfcl_gen import TEMPLATES
+from envace_engine.environments.bfcl.gen import TEMPLATES
 from envace_engine.environments.generated import content_key
 
 

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from envace_engine.environments import get_suite
-from envace_engine.environments.bfcl_backends import BACKENDS, backend_class, class_tools
+from envace_engine.environments.bfcl.backends import BACKENDS, backend_class, class_tools
 from envace_engine.environments.schema import bfcl_to_json_schema, check_object
 from envace_engine.environments.tool_environment import (
     INVALID_PARAMETERS,

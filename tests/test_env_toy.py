@@ -8,9 +8,9 @@ import random
 import pytest
 
 from envace_engine.environments import get_suite
-from envace_engine.environments.toy import answer_credit, state_credit
-from envace_engine.environments.toy_templates import TEMPLATES
-from envace_engine.environments.toy_worlds import WORLDS
+from envace_engine.environments.toy.suite import answer_credit, state_credit
+from envace_engine.environments.toy.templates import TEMPLATES
+from envace_engine.environments.toy.worlds import WORLDS
 from envace_engine.types import Task, ToolCall
 
 

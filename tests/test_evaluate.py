@@ -8,7 +8,9 @@ import json
 import pytest
 
 from envace_engine.environments import get_suite
-from envace_engine.evaluate import (
+from envace_engine.rollout.loop import RolloutConfig
+from envace_engine.rollout.rewards import make_reward
+from envace_engine.testtime.evaluate import (
     Checkpoint,
     EvalConfig,
     Setting,
@@ -19,9 +21,7 @@ from envace_engine.evaluate import (
     run_sweep,
     sweep_settings,
 )
-from envace_engine.rehearsal import RehearsalConfig, RehearsalMode
-from envace_engine.rewards import make_reward
-from envace_engine.rollout import RolloutConfig
+from envace_engine.testtime.rehearsal import RehearsalConfig, RehearsalMode
 from tests.test_rehearsal import CONFIG, ScriptedPolicy, toy_tasks
 
 
@@ -153,7 +153,7 @@ def test_sweep_is_stored_for_the_budget_page(tokenizer, tmp_path):
 
 
 def test_tiny_model_evaluation_runs_on_the_real_sampler(tiny_model, tokenizer):
-    from envace_engine.samplers.hf import HFSampler
+    from envace_engine.samplers.embedded.sampler import HFSampler
 
     tasks = toy_tasks(2)
     suite = get_suite("toy")

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from envace_engine.fidelity import (
+from envace_engine.fidelity.metrics import (
     Fidelity,
     canonical_json,
     compare,
@@ -328,7 +328,7 @@ def test_long_texts_match_difflib():
 
 
 def test_more_distinct_tokens_than_characters_falls_back_to_difflib(monkeypatch):
-    import envace_engine.fidelity as fidelity
+    import envace_engine.fidelity.metrics as fidelity
 
     made = []
 

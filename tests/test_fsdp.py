@@ -29,9 +29,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
 
-from envace_engine import fsdp  # noqa: E402
 from envace_engine.config import ConfigError, TrainConfig, build, load  # noqa: E402
-from envace_engine.distributed import Dist  # noqa: E402
+from envace_engine.training.parallel import fsdp  # noqa: E402
+from envace_engine.training.parallel.distributed import Dist  # noqa: E402
 
 THIS = Path(__file__).resolve()
 BASE = ["steps=2", "tasks_per_step=1", "checkpoint_every=1", "loss.kl_coef=0.01"]
@@ -228,8 +228,9 @@ def _dump(parts: object, run_dir: Path, rank: int) -> None:
 def _job(argv: list[str]) -> None:
     import torch
 
-    from envace_engine import distributed, trainer
-    from envace_engine.jsonl_sink import JsonlSink
+    from envace_engine.sink import JsonlSink
+    from envace_engine.training import trainer
+    from envace_engine.training.parallel import distributed
     from tests.train_job import even_token_share
 
     mode, run_dir = argv[0], Path(argv[1])

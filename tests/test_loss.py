@@ -24,7 +24,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from envace_engine.loss import LossInputs, RoleMetrics, policy_loss
+from envace_engine.training.loss import LossInputs, RoleMetrics, policy_loss
 
 RATIOS = [[1.0, 1.5, 0.5], [0.5, 1.5, 4.0]]
 

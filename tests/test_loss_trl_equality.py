@@ -1,6 +1,6 @@
 """Our loss and gradients equal TRL 1.16 GRPOTrainer's on a fixed single-turn, single-role batch.
 
-Recipe: PROTOCOLS.md §2.5. A GRPOTrainer is built on the seeded ``tiny`` model (saved on disk, so
+Recipe: docs/protocols.md §2.1. A GRPOTrainer is built on the seeded ``tiny`` model (saved on disk, so
 ``beta > 0`` can build its reference model from the path), switched to eval mode (gradient
 accumulation factor 1), and fed a fixed batch through ``_compute_loss``. Ours runs on the same
 model object (TRL only patches ``forward``; we use the backbone and the head directly) with the
@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from envace_engine.logprobs import completion_logprobs
-from envace_engine.loss import LossInputs, policy_loss
+from envace_engine.training.loss import LossInputs, policy_loss
 
 TEMPERATURE = 0.7
 EPS_LOW, EPS_HIGH = 0.2, 0.28

@@ -7,8 +7,8 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from envace_engine import parsing
-from envace_engine.parsing import parse_rehearsal, parse_tool_calls, sanitize
+from envace_engine.rollout import parsing
+from envace_engine.rollout.parsing import parse_rehearsal, parse_tool_calls, sanitize
 from envace_engine.types import ToolCall
 
 

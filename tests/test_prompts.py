@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from envace_engine.parsing import parse_rehearsal, parse_tool_calls
-from envace_engine.prompts import (
+from envace_engine.rollout.parsing import parse_rehearsal, parse_tool_calls
+from envace_engine.rollout.prompts import (
     Message,
     RehearseContext,
     act_messages,

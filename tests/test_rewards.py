@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from envace_engine.rewards import (
+from envace_engine.rollout.rewards import (
     JudgeConfig,
     checklist,
     committed_calls,

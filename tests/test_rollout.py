@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from envace_engine.jsonl_sink import JsonlSink, read_episodes
-from envace_engine.rollout import RolloutConfig, rollout, rollout_metrics, score_inputs
-from envace_engine.tokens import training_rows
+from envace_engine.rollout.loop import RolloutConfig, rollout, rollout_metrics, score_inputs
+from envace_engine.rollout.tokens import training_rows
+from envace_engine.sink import JsonlSink, read_episodes
 from envace_engine.types import Mode, Role, StopReason
 from tests.kv_world import (
     KVSuite,
@@ -259,7 +259,7 @@ def test_jsonl_sink_round_trip(tokenizer, tmp_path):
 def smollm2():
     """The real smollm2-135m behind HFSampler, with its tokenizer."""
     from envace_engine.models import load_model, load_tokenizer, resolve
-    from envace_engine.samplers.hf import HFSampler
+    from envace_engine.samplers.embedded.sampler import HFSampler
 
     spec = resolve("smollm2-135m")
     tokenizer = load_tokenizer(spec)
@@ -291,7 +291,7 @@ def test_smollm2_multi_turn_episodes_have_no_drift(smollm2):
 @pytest.mark.slow
 def test_smollm2_rehearsal_mode_on_toy_holds_rehearsed_and_real(smollm2):
     """Every call the untrained model makes is rehearsed by its own generation and executed on
-    the shadow env. Its rehearsals rarely parse before SFT (FACTS.md): then ``rehearsed`` is
+    the shadow env. Its rehearsals rarely parse before SFT (docs/platform.md §2): then ``rehearsed`` is
     None, the raw world-role output stays in ``Episode.rehearsals`` and the stop says why."""
     sampler, tokenizer = smollm2
     suite, pool, tasks = _toy_two_turn_tasks(2)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from envace_engine.rollout import RolloutConfig, rollout
+from envace_engine.rollout.loop import RolloutConfig, rollout
 from envace_engine.samplers.base import Generation, SamplingParams
-from envace_engine.samplers.hf import HFSampler
+from envace_engine.samplers.embedded.sampler import HFSampler
 from envace_engine.samplers.sglang import SGLangSampler
 from tests.kv_world import KVSuite
 from tests.sglang_server import running_server

@@ -1,4 +1,5 @@
-"""Shared-prompt decode attention (samplers.cascade) and packed linear weights (samplers.packed)."""
+"""Shared-prompt decode attention (``embedded.cascade``) and packed linear weights
+(``embedded.packed``)."""
 
 from __future__ import annotations
 
@@ -10,16 +11,16 @@ import types
 import pytest
 import torch
 
-from envace_engine.samplers import cascade
 from envace_engine.samplers.base import SamplingParams
-from envace_engine.samplers.cascade import (
+from envace_engine.samplers.embedded import cascade
+from envace_engine.samplers.embedded.cascade import (
     PromptSlab,
     attention_with_lse,
     common_prefix,
     merge_partials,
 )
-from envace_engine.samplers.hf import HFSampler
-from envace_engine.samplers.packed import PackedLinears
+from envace_engine.samplers.embedded.packed import PackedLinears
+from envace_engine.samplers.embedded.sampler import HFSampler
 
 GREEDY = SamplingParams(max_new_tokens=8, temperature=0.0)
 H, D = 2, 4  # K/V heads and head size of the hand-built slabs

@@ -1,4 +1,4 @@
-"""samplers.heap: after ``keep_freed_memory`` freed heap blocks are reused, not faulted in again.
+"""embedded.heap: after ``keep_freed_memory`` freed heap blocks are reused, not faulted in again.
 
 Each case runs in a fresh interpreter (the setting is process-wide and, once made, stays) that
 allocates, touches and frees three 16 MB blocks six times through libc, and counts the minor
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(
 
 SCRIPT = """
 import ctypes, ctypes.util, resource, sys
-from envace_engine.samplers.heap import keep_freed_memory
+from envace_engine.samplers.embedded.heap import keep_freed_memory
 if sys.argv[1] == "keep":
     assert keep_freed_memory() and keep_freed_memory()  # once per process, then cached
 libc = ctypes.CDLL(ctypes.util.find_library("c"))

@@ -10,8 +10,8 @@ import torch
 from envace_engine.models import resolve
 from envace_engine.samplers import make_sampler
 from envace_engine.samplers.base import Generation, Sampler, SamplingParams
-from envace_engine.samplers.hf import HFSampler, shared_prefix_len
-from envace_engine.samplers.sampling import sample_categorical, truncate_logits
+from envace_engine.samplers.embedded.sampler import HFSampler, shared_prefix_len
+from envace_engine.samplers.embedded.sampling import sample_categorical, truncate_logits
 from envace_engine.samplers.sglang import SGLangSampler
 
 GREEDY = SamplingParams(max_new_tokens=10, temperature=0.0)

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from envace_engine.samplers.base import SamplingParams
-from envace_engine.samplers.hf import HFSampler
-from envace_engine.samplers.kv import BLOCK, Continuation, PrefixCache, block_hashes
+from envace_engine.samplers.embedded.kv import BLOCK, Continuation, PrefixCache, block_hashes
+from envace_engine.samplers.embedded.sampler import HFSampler
 
 GREEDY = SamplingParams(max_new_tokens=8, temperature=0.0)
 

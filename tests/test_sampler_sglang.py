@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from envace_engine.samplers.base import SamplingParams
-from envace_engine.samplers.hf import HFSampler
+from envace_engine.samplers.embedded.sampler import HFSampler
 from envace_engine.samplers.routing import PrefixRouter, prefix_hashes
 from envace_engine.samplers.sglang import SamplerError, SGLangSampler
 from tests.sglang_server import Faults, LoopbackSGLang, running_server

@@ -11,9 +11,9 @@ import pytest
 
 from envace_engine.config import SFTConfig, build
 from envace_engine.environments import get_suite
-from envace_engine.rollout import RolloutConfig, rollout
+from envace_engine.rollout.loop import RolloutConfig, rollout
 from envace_engine.samplers.base import Generation, SamplingParams
-from envace_engine.sft import build_records, sft_tasks
+from envace_engine.training.sft import build_records, sft_tasks
 
 
 def _config(**rollout: object) -> SFTConfig:
@@ -100,9 +100,9 @@ def test_sft_prompts_are_exactly_the_rollout_prompts(tokenizer, n_examples, hist
 
 @pytest.mark.slow
 def test_run_sft_saves_a_loadable_checkpoint(tmp_path: Path) -> None:
-    from envace_engine.jsonl_sink import JsonlSink
     from envace_engine.models import load_model, resolve
-    from envace_engine.sft import run_sft
+    from envace_engine.sink import JsonlSink
+    from envace_engine.training.sft import run_sft
 
     config = build(
         SFTConfig,

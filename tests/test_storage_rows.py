@@ -21,8 +21,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from envace_engine.fidelity import Fidelity, canonical, compare
-from envace_engine.rollout import RolloutConfig, rollout
+from envace_engine.fidelity.metrics import Fidelity, canonical, compare
+from envace_engine.rollout.loop import RolloutConfig, rollout
 from envace_engine.types import (
     CallRecord,
     Episode,

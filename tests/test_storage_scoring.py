@@ -1,6 +1,6 @@
 """storage.scoring: text similarities in a real helper process give the numbers computed here.
 
-Every test starts a real ``python -m envace_engine.fidelity_worker`` process; failures are real
+Every test starts a real ``python -m envace_engine.fidelity.worker`` process; failures are real
 too (the helper is killed, or a step fails before reading its answer).
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 import envace_engine
-from envace_engine.fidelity import similarities
+from envace_engine.fidelity.metrics import similarities
 from storage import RunWriter
 from storage.rows import step_tables
 from storage.scoring import SimilarityHelper, _child_env

@@ -7,7 +7,7 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from envace_engine.fidelity import compare
+from envace_engine.fidelity.metrics import compare
 from envace_engine.sink import Sink
 from envace_engine.types import (
     CallRecord,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from envace_engine.prompts import Message
-from envace_engine.tokens import (
+from envace_engine.rollout.prompts import Message
+from envace_engine.rollout.tokens import (
     MASK_ACT,
     MASK_NONE,
     MASK_REHEARSE,

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from envace_engine.config import TrainConfig, build, load
-from envace_engine.train_metrics import (
+from envace_engine.training.metrics import (
     advantage_metrics,
     fidelity_metrics,
     reward_metrics,
     role_advantages,
 )
-from envace_engine.trainer import TRAINED, rollout_config, with_advantages
+from envace_engine.training.trainer import TRAINED, rollout_config, with_advantages
 from envace_engine.types import (
     CallRecord,
     Episode,
@@ -128,8 +128,8 @@ def test_sampler_seed_depends_on_seed_step_and_rank_only() -> None:
 def test_three_role_wise_grpo_steps_change_the_tiny_model(tmp_path: Path) -> None:
     import torch
 
-    from envace_engine import trainer
-    from envace_engine.jsonl_sink import JsonlSink, read_episodes
+    from envace_engine.sink import JsonlSink, read_episodes
+    from envace_engine.training import trainer
     from tests.train_job import even_token_share
 
     config = load(TrainConfig, CONFIGS / "tiny-test.toml", ["steps=3", "checkpoint_every=3"])

@@ -26,11 +26,12 @@ import httpx
 import pytest
 import torch
 
-from envace_engine import checkpoint, trainer, weight_sync
 from envace_engine.config import ConfigError, TrainConfig, load
-from envace_engine.jsonl_sink import JsonlSink
 from envace_engine.models import load_model, resolve
 from envace_engine.samplers.sglang import SamplerError
+from envace_engine.sink import JsonlSink
+from envace_engine.training import checkpoint, trainer
+from envace_engine.training.parallel import weight_sync
 from envace_engine.types import Episode
 from tests.sglang_server import Faults, LoopbackSGLang, running_server
 from tests.train_job import even_token_share

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from envace_engine.config import TrainConfig, load  # noqa: E402
-from envace_engine.jsonl_sink import JsonlSink  # noqa: E402
+from envace_engine.sink import JsonlSink  # noqa: E402
 from envace_engine.types import Episode, Role, Task  # noqa: E402
 
 
@@ -45,7 +45,7 @@ def params_digest(model: object) -> str:
 
 def main(argv: list[str]) -> None:
     """Run the job (see the module docstring)."""
-    from envace_engine import trainer
+    from envace_engine.training import trainer
 
     run_dir = Path(argv[0])
     resume = "--resume" in argv

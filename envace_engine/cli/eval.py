@@ -59,9 +59,9 @@ def _tasks(suite_name: str, split: str | None, n_tasks: int) -> tuple[Any, list[
 
 def _checkpoints(models: Sequence[str], batch_size: int) -> Iterator[Any]:
     """Load each model when its turn comes (one in memory at a time)."""
-    from envace_engine.evaluate import Checkpoint
     from envace_engine.models import load_tokenizer, resolve
     from envace_engine.samplers import make_sampler
+    from envace_engine.testtime.evaluate import Checkpoint
 
     for name in models:
         spec = resolve(name)
@@ -114,10 +114,10 @@ class _Job:
 
 def _prepare(suite: str, split: str | None, n_tasks: int, opts: dict[str, Any]) -> _Job:
     """Validate options into configs; every bad value raises ``BadParameter`` naming it."""
-    from envace_engine.evaluate import EvalConfig
-    from envace_engine.memory import MemoryConfig
-    from envace_engine.rehearsal import RehearsalConfig
-    from envace_engine.rollout import RolloutConfig
+    from envace_engine.rollout.loop import RolloutConfig
+    from envace_engine.testtime.evaluate import EvalConfig
+    from envace_engine.testtime.memory import MemoryConfig
+    from envace_engine.testtime.rehearsal import RehearsalConfig
 
     try:
         rehearsal = RehearsalConfig(
@@ -173,7 +173,7 @@ def _eval_rows(result: Any) -> list[dict[str, Any]]:
 
 def _sweep_rows(points: Sequence[Any]) -> list[dict[str, Any]]:
     """One printed row per sweep point; ``*`` marks the success-vs-overhead Pareto front."""
-    from envace_engine.evaluate import pareto_front
+    from envace_engine.testtime.evaluate import pareto_front
 
     def overhead(m: Any) -> float:
         return m["sweep/rehearsal_tokens"] + m["sweep/memory_tokens"]
@@ -225,8 +225,8 @@ def eval_command(
 ) -> None:
     """Evaluate a model in the real environment (optionally after private rehearsal)."""
     from envace_engine.cli.train import ProgressSink
-    from envace_engine.evaluate import evaluate
-    from envace_engine.rewards import make_reward
+    from envace_engine.rollout.rewards import make_reward
+    from envace_engine.testtime.evaluate import evaluate
 
     if len(model) != 1:
         raise typer.BadParameter("eval takes one --model (use `envace sweep` for several)")
@@ -282,8 +282,8 @@ def sweep_command(
 ) -> None:
     """Sweep rehearsal budget x mode (x checkpoints: repeat --model) and store the grid."""
     from envace_engine.cli.train import ProgressSink
-    from envace_engine.evaluate import run_sweep, sweep_settings
-    from envace_engine.rewards import make_reward
+    from envace_engine.rollout.rewards import make_reward
+    from envace_engine.testtime.evaluate import run_sweep, sweep_settings
 
     opts = _recorded(locals())
     opts.pop("rehearsal")  # a list of modes here, not one mode

@@ -96,8 +96,8 @@ def rollout_command(
     show: Annotated[int, typer.Option(min=0, help="transcripts to print")] = 4,
 ) -> None:
     """Run episodes, print transcripts and a summary; write JSON Lines and/or a stored run."""
-    from envace_engine.jsonl_sink import JsonlSink
-    from envace_engine.rollout import RolloutConfig, rollout, rollout_metrics
+    from envace_engine.rollout.loop import RolloutConfig, rollout, rollout_metrics
+    from envace_engine.sink import JsonlSink
 
     if out is None and run_dir is None:
         raise typer.BadParameter("say where to write: --out DIR (JSON Lines) or --run-dir DIR")

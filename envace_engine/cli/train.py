@@ -79,7 +79,7 @@ ResumeOpt = Annotated[str | None, typer.Option("--resume", help="run id or run d
 
 def sft(config: ConfigOpt = None, overrides: SetOpt = None) -> None:
     """SFT warm-up on reference trajectories of both roles; saves a checkpoint dir."""
-    from envace_engine.sft import run_sft
+    from envace_engine.training.sft import run_sft
 
     try:
         cfg = load(SFTConfig, config, overrides or [])
@@ -96,8 +96,8 @@ def sft(config: ConfigOpt = None, overrides: SetOpt = None) -> None:
 
 def train(config: ConfigOpt = None, resume: ResumeOpt = None, overrides: SetOpt = None) -> None:
     """Role-wise GRPO (modes envace, real-grpo, act-only); checkpoints; --resume continues."""
-    from envace_engine import distributed
-    from envace_engine.trainer import train as run_train
+    from envace_engine.training.parallel import distributed
+    from envace_engine.training.trainer import train as run_train
 
     d = distributed.init()
     try:
@@ -128,7 +128,7 @@ def _train_setup(
     config: Path | None, resume: str | None, overrides: list[str], d: Any
 ) -> tuple[TrainConfig, Path]:
     """The validated config and the run dir (created by rank 0 for a new run)."""
-    from envace_engine import distributed
+    from envace_engine.training.parallel import distributed
     from storage.layout import read_manifest, run_dir
 
     if resume is None:

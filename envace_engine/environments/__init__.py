@@ -19,19 +19,19 @@ __all__ = ["Environment", "Suite", "get_suite", "reference_match", "suite_names"
 
 
 def _bfcl() -> Suite:
-    from envace_engine.environments.bfcl import BfclSuite
+    from envace_engine.environments.bfcl.suite import BfclSuite
 
     return BfclSuite()
 
 
 def _bfcl_gen() -> Suite:
-    from envace_engine.environments.bfcl_gen import BfclGenSuite
+    from envace_engine.environments.bfcl.gen import BfclGenSuite
 
     return BfclGenSuite()
 
 
 def _toy() -> Suite:
-    from envace_engine.environments.toy import ToySuite
+    from envace_engine.environments.toy.suite import ToySuite
 
     return ToySuite()
 

@@ -30,7 +30,7 @@ def make_sampler(
     ``timeout_s``).
     """
     if spec.kind == "hf":
-        from envace_engine.samplers.hf import HFSampler
+        from envace_engine.samplers.embedded.sampler import HFSampler
 
         return HFSampler(
             model if model is not None else load_model(spec),

@@ -1,6 +1,6 @@
 """``SGLangSampler``: token-in/token-out generation over SGLang's native HTTP API.
 
-Protocol: PROTOCOLS.md Part 1. Each chunk of prompts is one ``POST /generate`` with a batch of
+Protocol: docs/protocols.md §1. Each chunk of prompts is one ``POST /generate`` with a batch of
 ``input_ids``, ``return_logprob`` and one request id per sample (``{base}_{i}``), so a timed-out
 batch can be cancelled with a single prefix ``/abort_request {"rid": "{base}_"}``.
 

@@ -83,7 +83,7 @@ def sweep_frame(ctx: Studio, run_id: str) -> pd.DataFrame:
     """One row per committed episode: task_id, mode, budget, success, rehearsal_tokens.
 
     Committed episodes are the sweep's real-mode episodes (imagined ones are rehearsal-mode);
-    success is full reward, as envace_engine.evaluate counts it by default.
+    success is full reward, as envace_engine.testtime.evaluate counts it by default.
     """
     cols = ["task_id", "mode", "budget", "success", "rehearsal_tokens"]
     settings = _settings(ctx, run_id)

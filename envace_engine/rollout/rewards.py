@@ -1,4 +1,4 @@
-"""Task-success rewards (ENVACE.md §3), pluggable.
+"""Task-success rewards (docs/method.md §3), pluggable.
 
 * ``state`` — replay the agent's committed calls on a fresh real backend and compare the final
   state and answers with the reference (``Suite.score``). Deterministic; the default.

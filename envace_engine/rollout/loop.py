@@ -1,4 +1,4 @@
-"""The rollout loop (ENVACE.md §1) for a batch of episodes at once.
+"""The rollout loop (docs/method.md §1) for a batch of episodes at once.
 
 Every episode is a small state machine: it waits either for an **act** generation (the agent's
 next reply) or for a **world** generation (the rehearsal or simulation of one pending tool
@@ -8,8 +8,8 @@ of 8 tasks x group 4 keeps the sampler's batch full instead of generating one re
 A sampler with sessions (HFSampler, SGLangSampler) instead gets each episode's next request as
 soon as its previous one finished (``_Runner.run``), so no episode waits for a slower one.
 Shared prompt prefixes (a group's first prompt, a world's rehearse instructions, an episode's
-history) are the sampler's business: HFSampler keeps their K/V (``samplers.kv``), SGLang its
-radix cache.
+history) are the sampler's business: HFSampler keeps their K/V (``samplers.embedded.kv``),
+SGLang its radix cache.
 
 Per reply: each tool call gets its own world generation, in order (later calls see the answers
 to earlier ones), and the results of one reply are appended together after the last call. In
@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envace_engine.environments.base import Environment, Suite
-from envace_engine.parsing import INVALID_CALL_CODES, parse_rehearsal, parse_tool_calls
-from envace_engine.prompts import (
+from envace_engine.rollout.parsing import INVALID_CALL_CODES, parse_rehearsal, parse_tool_calls
+from envace_engine.rollout.prompts import (
     Message,
     RehearseContext,
     act_messages,
@@ -36,8 +36,8 @@ from envace_engine.prompts import (
     rehearse_messages,
     tool_message,
 )
+from envace_engine.rollout.tokens import ChatTokenizer, TokenSequence
 from envace_engine.samplers.base import Generation, Sampler, SamplingParams
-from envace_engine.tokens import ChatTokenizer, TokenSequence
 from envace_engine.types import (
     CallRecord,
     Episode,

@@ -1,4 +1,4 @@
-"""Role-wise GRPO advantages (ENVACE.md §4): pure functions over per-row values, no I/O.
+"""Role-wise GRPO advantages (docs/method.md §4): pure functions over per-row values, no I/O.
 
 Every training row (one per ``act`` reply, one per rehearsed call: "step-as-sample") carries its
 trajectory's reward ``r``. For a row ``i`` of role ``ρ`` in group ``x`` (one task rolled out G

@@ -15,7 +15,7 @@ bit-identical state.
 
 The format does not depend on the distributed strategy: FSDP runs gather full weights and a
 full, plain ``optimizer.state_dict()`` before rank 0 writes, and cut them back into shards on
-restore (``envace_engine.fsdp``), so a checkpoint of either strategy resumes with either.
+restore (``training.parallel.fsdp``), so a checkpoint of either strategy resumes with either.
 """
 
 from __future__ import annotations
@@ -171,7 +171,7 @@ def restore(
     trainer = torch.load(Path(path) / TRAINER_FILE, weights_only=False)
     optim = trainer["optimizer"]
     if sharded is not None:
-        from envace_engine import fsdp
+        from envace_engine.training.parallel import fsdp
 
         fsdp.load_weights(sharded, model)
         optim = fsdp.shard_optimizer_state(optim, optimizer)

@@ -27,14 +27,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from envace_engine.samplers import cascade
 from envace_engine.samplers.base import Generation, SamplingParams
-from envace_engine.samplers.cascade import PromptSlab
-from envace_engine.samplers.kv import Continuation, slab_cache
-from envace_engine.samplers.sampling import pick_tokens
+from envace_engine.samplers.embedded import cascade
+from envace_engine.samplers.embedded.cascade import PromptSlab
+from envace_engine.samplers.embedded.kv import Continuation, slab_cache
+from envace_engine.samplers.embedded.sampling import pick_tokens
 
 if TYPE_CHECKING:
-    from envace_engine.samplers.hf import HFSampler
+    from envace_engine.samplers.embedded.sampler import HFSampler
 
 TRIM_AT = 64  # drop unused leading columns once there are this many
 FIRST_COLUMNS = 64  # the rows' own slab starts this wide (zeroed) and doubles when full

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from envace_engine.prompts import Message, render
+from envace_engine.rollout.prompts import Message, render
 from envace_engine.types import Episode, Rehearsal, Role, Segment, TrainRow
 
 # role_mask values: which role (if any) a token is trained for.

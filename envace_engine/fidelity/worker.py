@@ -15,7 +15,7 @@ import struct
 import sys
 from typing import IO, Any
 
-from envace_engine.fidelity import similarities
+from envace_engine.fidelity.metrics import similarities
 
 READY = b"R"
 _LENGTH = struct.Struct("<Q")

@@ -5,7 +5,7 @@ small numbers, the state written into the system prompt. ``meta["answers"][t]`` 
 string (a number, a word) the final answer of turn ``t`` must contain, or ``""``.
 
 Reward (``score``), with partial credit because a 0/1 reward leaves most groups of a small
-model without variance (FACTS.md, "Small-model learning"):
+model without variance (docs/platform.md §3):
 
 * state: over the state entries that the reference changes *or* the agent changes, the fraction
   whose final value equals the reference's (doing nothing scores 0; a spurious change costs);
@@ -22,8 +22,8 @@ from typing import Any
 
 from envace_engine.environments.generated import Draft, GeneratedSuite
 from envace_engine.environments.tool_environment import ToolEnvironment
-from envace_engine.environments.toy_templates import TEMPLATES
-from envace_engine.environments.toy_worlds import WORLDS, describe_state
+from envace_engine.environments.toy.templates import TEMPLATES
+from envace_engine.environments.toy.worlds import WORLDS, describe_state
 from envace_engine.types import Task, ToolCall
 
 

@@ -12,7 +12,7 @@ Both are rendered with the *same* prompt functions and switches the rollout uses
 ``grounded_rehearsal``, ``rehearse_history``, ``n_examples``): if SFT saw other prompts than the
 rollout, it would teach a format the policy never meets. The data is TRL's conversational
 prompt-completion form, so the loss is on completion (assistant) tokens only
-(``completion_only_loss`` is True for such data, PROTOCOLS.md §2.7), including ``<|im_end|>``,
+(``completion_only_loss`` is True for such data, docs/protocols.md §2.2), including ``<|im_end|>``,
 which teaches the model to stop. bf16 autocast on CPU. The result is a Hugging Face checkpoint
 directory that ``envace train`` takes as ``model``.
 """
@@ -29,7 +29,7 @@ from typing import Any
 from envace_engine.config import SFTConfig
 from envace_engine.environments import get_suite
 from envace_engine.environments.base import Suite
-from envace_engine.prompts import (
+from envace_engine.rollout.prompts import (
     ChatSample,
     Message,
     RehearseContext,

@@ -12,7 +12,7 @@ of ``forward``), which DDP's forward hooks would not see. One bucketed all-reduc
 last micro-batch is what DDP does with ``no_sync`` plus a final sync, without either problem.
 
 That is ``[distributed] strategy = "ddp"`` (the default). ``"fsdp"`` shards parameters,
-gradients and optimizer state with FSDP2 instead (``envace_engine.fsdp``); the helpers here
+gradients and optimizer state with FSDP2 instead (``parallel.fsdp``); the helpers here
 (``most``, ``device``) serve both.
 
 The process group comes from the launcher's environment (``RANK``, ``WORLD_SIZE``,

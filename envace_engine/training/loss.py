@@ -1,4 +1,4 @@
-"""Role-wise GRPO loss: clipped policy gradient with dual clip and optional k3 KL (ENVACE.md §4).
+"""Role-wise GRPO loss: clipped policy gradient with dual clip and optional k3 KL (docs/method.md §4).
 
 Per trained token ``t`` of a row with advantage ``A``, with ``r = exp(logp − old_logp)``::
 
@@ -28,12 +28,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from envace_engine.batching import TRAINED_ROLES
+from envace_engine.training.batching import TRAINED_ROLES
 
 if TYPE_CHECKING:
     import torch
 
-    from envace_engine.batching import Batch
+    from envace_engine.training.batching import Batch
 
 Aggregation = Literal["seq_mean_token_mean", "token_mean"]
 

@@ -44,8 +44,8 @@ from typing import Any
 
 import torch
 
-from envace_engine import distributed
 from envace_engine.logprobs import completion_logprobs
+from envace_engine.training.parallel import distributed
 
 
 class LogprobModule(torch.nn.Module):

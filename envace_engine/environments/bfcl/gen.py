@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from envace_engine.environments import bfcl_gen_accounts as accounts
-from envace_engine.environments import bfcl_gen_office as office
-from envace_engine.environments.bfcl_backends import make_bfcl_env, tools_for
-from envace_engine.environments.bfcl_checker import bfcl_check
+from envace_engine.environments.bfcl import gen_accounts as accounts
+from envace_engine.environments.bfcl import gen_office as office
+from envace_engine.environments.bfcl.backends import make_bfcl_env, tools_for
+from envace_engine.environments.bfcl.checker import bfcl_check
 from envace_engine.environments.generated import Draft, GeneratedSuite, Template
 from envace_engine.environments.tool_environment import ToolEnvironment
 from envace_engine.types import Task, ToolCall

@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from envace_engine.environments.bfcl_gen_office import PEOPLE, SYMBOLS, USERS, WORDS, draft
+from envace_engine.environments.bfcl.gen_office import PEOPLE, SYMBOLS, USERS, WORDS, draft
 from envace_engine.environments.generated import Draft, call
 
 

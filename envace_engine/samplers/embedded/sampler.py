@@ -28,10 +28,10 @@ import torch
 from transformers.cache_utils import Cache
 
 from envace_engine.samplers.base import Generation, SamplingParams
-from envace_engine.samplers.heap import keep_freed_memory
-from envace_engine.samplers.kv import Continuation, PrefixCache, SlabLayer
-from envace_engine.samplers.packed import PackedLinears
-from envace_engine.samplers.session import DecodeSession
+from envace_engine.samplers.embedded.heap import keep_freed_memory
+from envace_engine.samplers.embedded.kv import Continuation, PrefixCache, SlabLayer
+from envace_engine.samplers.embedded.packed import PackedLinears
+from envace_engine.samplers.embedded.session import DecodeSession
 from envace_engine.samplers.validation import check_request
 
 if TYPE_CHECKING:
@@ -100,7 +100,7 @@ class HFSampler:
 
     @contextlib.contextmanager
     def session(self, params: SamplingParams) -> Iterator[DecodeSession]:
-        """A continuous-batching session (``samplers.session``) with ``batch_size`` slots.
+        """A continuous-batching session (``samplers.embedded.session``) with ``batch_size`` slots.
 
         ``params`` gives temperature, top-k, top-p and seed; each request brings its own token
         cap and stop ids. The model is in eval mode for the session and the prefix cache is

@@ -19,8 +19,8 @@ import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
-from envace_engine.fidelity import compare
-from envace_engine.rollout import rollout_metrics
+from envace_engine.fidelity.metrics import compare
+from envace_engine.rollout.loop import rollout_metrics
 from envace_engine.types import Episode, TrainRow
 
 

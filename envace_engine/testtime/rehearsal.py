@@ -1,4 +1,4 @@
-"""Test-time private rehearsal (ENVACE.md §5): imagine N episodes, write a memory, commit once.
+"""Test-time private rehearsal (docs/method.md §5): imagine N episodes, write a memory, commit once.
 
 For every task (and every repeat of it) the agent first rehearses ``budget`` imagined episodes in
 which the policy itself answers every tool call (rollout mode ``rehearsal`` with no shadow
@@ -29,7 +29,11 @@ from enum import StrEnum
 from typing import Any
 
 from envace_engine.environments.base import Suite
-from envace_engine.memory import (
+from envace_engine.rollout.loop import RolloutConfig, rollout
+from envace_engine.rollout.prompts import Message
+from envace_engine.rollout.tokens import ChatTokenizer
+from envace_engine.samplers.base import Sampler, SamplingParams
+from envace_engine.testtime.memory import (
     MemoryConfig,
     MemoryNote,
     memory_messages,
@@ -38,10 +42,6 @@ from envace_engine.memory import (
     with_memory,
     write_memories,
 )
-from envace_engine.prompts import Message
-from envace_engine.rollout import RolloutConfig, rollout
-from envace_engine.samplers.base import Sampler, SamplingParams
-from envace_engine.tokens import ChatTokenizer
 from envace_engine.types import Episode, Mode, Role, Task
 
 Progress = Callable[[int, int, str], None]

@@ -1,4 +1,4 @@
-"""Prompts for both roles: the act prompt (agent) and the rehearse prompt (world, ENVACE.md §2).
+"""Prompts for both roles: the act prompt (agent) and the rehearse prompt (world, docs/method.md §2).
 
 Chat format choices (docs/masking.md explains the token side):
 
@@ -14,7 +14,7 @@ Chat format choices (docs/masking.md explains the token side):
 * Worked examples (``n_examples``) come from *other* tasks' reference trajectories (preferably
   ones using the same tools) and are rendered as earlier chat turns in the exact reply format:
   the untrained 135M model emits tool calls and ``<execution_result>`` only after seeing itself
-  write them (FACTS.md; measured again here: with examples in the system message as a
+  write them (docs/platform.md §2; measured again here: with examples in the system message as a
   transcript it wrote prose, as chat turns it wrote a valid call 4 times out of 4).
 * The rehearse prompt is a fresh two-message chat: system (the simulator's rules) and user
   (tools, optional reference calls and results, optional history, the agent's latest reply,
@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from envace_engine.parsing import parse_tool_calls, result_to_json
+from envace_engine.rollout.parsing import parse_tool_calls, result_to_json
 from envace_engine.types import Task, ToolCall, ToolResult
 
 ACT_INSTRUCTIONS = """\
@@ -167,7 +167,7 @@ def act_system(tools: Sequence[dict[str, Any]]) -> str:
     Nothing task-specific goes here (the task's own system text opens its first user message),
     so every task of a world shares the system message and, with ``pick_examples``, the worked
     examples too: a batch's prompts then share a long token prefix that the sampler prefills
-    once and keeps (``samplers.kv.PrefixCache``).
+    once and keeps (``samplers.embedded.kv.PrefixCache``).
     """
     return f"{ACT_INSTRUCTIONS}\n\nAvailable tools:\n{tools_text(tools)}"
 
@@ -241,7 +241,7 @@ def rehearse_messages(
     call: ToolCall,
     earlier: Sequence[tuple[ToolCall, ToolResult]] = (),
 ) -> list[Message]:
-    """The rehearse prompt (ENVACE.md §2) for one call of the agent's latest reply.
+    """The rehearse prompt (docs/method.md §2) for one call of the agent's latest reply.
 
     Without examples it is EnvACE's fresh two-message chat (system, user). Worked examples go
     between them as short (call, ``<execution_result>``) turns: the untrained 135M model never

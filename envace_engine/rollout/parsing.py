@@ -41,7 +41,7 @@ INVALID_ARGUMENTS = "INVALID_ARGUMENTS"
 # Rehearsal-output parse errors (world role).
 MISSING_EXECUTION_RESULT = "MISSING_EXECUTION_RESULT"
 EMPTY_EXECUTION_RESULT = "EMPTY_EXECUTION_RESULT"
-# Codes the world role itself may return inside <execution_result> (ENVACE.md §2); the first
+# Codes the world role itself may return inside <execution_result> (docs/method.md §2); the first
 # three mean "the call is invalid", which ends a rehearsal-mode episode.
 INVALID_TOOL_CALL_FORMAT = "INVALID_TOOL_CALL_FORMAT"
 TOOL_NOT_AVAILABLE = "TOOL_NOT_AVAILABLE"

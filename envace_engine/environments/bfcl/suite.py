@@ -17,12 +17,12 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from envace_engine.environments.bfcl_backends import (
+from envace_engine.environments.bfcl.backends import (
     make_bfcl_env,
     parameter_order,
     tools_for,
 )
-from envace_engine.environments.bfcl_checker import bfcl_check, parse_call_string
+from envace_engine.environments.bfcl.checker import bfcl_check, parse_call_string
 from envace_engine.environments.tool_environment import ToolEnvironment, jsonable
 from envace_engine.types import Task, ToolCall, ToolResult
 

@@ -3,7 +3,7 @@
 The in-process ``HFSampler`` shares the trained model object and needs none of this. An SGLang
 sampler runs in other processes (other machines), so after every optimizer step rank 0 writes a
 full Hugging Face checkpoint under ``<run>/weights/step-N`` and asks every server to load it as
-weight version ``N`` (PROTOCOLS.md Part 1); docs/training.md has the operational details.
+weight version ``N`` (docs/protocols.md §1); docs/training.md has the operational details.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from envace_engine import distributed
 from envace_engine.models import resolve
 from envace_engine.samplers import Sampler, make_sampler
+from envace_engine.training.parallel import distributed
 
 
 def sync_weights(parts: Any, run_dir: Path, step: int) -> None:

@@ -1,4 +1,4 @@
-"""Rehearsal memory: the note the policy writes from its imagined episodes (ENVACE.md §5).
+"""Rehearsal memory: the note the policy writes from its imagined episodes (docs/method.md §5).
 
 After private rehearsal the policy condenses what it imagined into a short memory — what failed,
 what the results looked like, a plan — and the committed episode gets that memory in its context.
@@ -24,10 +24,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from envace_engine.parsing import result_to_json
-from envace_engine.prompts import Message, dumps
+from envace_engine.rollout.parsing import result_to_json
+from envace_engine.rollout.prompts import Message, dumps
+from envace_engine.rollout.tokens import ChatTokenizer
 from envace_engine.samplers.base import Sampler, SamplingParams
-from envace_engine.tokens import ChatTokenizer
 from envace_engine.types import Episode, Role, Task
 
 MEMORY_SYSTEM = """\

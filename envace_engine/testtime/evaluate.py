@@ -22,7 +22,10 @@ from math import comb
 from typing import Any
 
 from envace_engine.environments.base import Suite
-from envace_engine.rehearsal import (
+from envace_engine.rollout.loop import RolloutConfig
+from envace_engine.samplers.base import Sampler
+from envace_engine.sink import Sink
+from envace_engine.testtime.rehearsal import (
     Attempt,
     Progress,
     RehearsalConfig,
@@ -30,9 +33,6 @@ from envace_engine.rehearsal import (
     parse_mode,
     run_with_rehearsal,
 )
-from envace_engine.rollout import RolloutConfig
-from envace_engine.samplers.base import Sampler
-from envace_engine.sink import Sink
 from envace_engine.types import Episode, Task
 
 RewardFn = Callable[[Task, Episode], float | None]

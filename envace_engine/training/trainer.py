@@ -1,4 +1,4 @@
-"""Role-wise GRPO training (ENVACE.md §4): rollout -> group -> advantages -> batch -> step -> sink.
+"""Role-wise GRPO training (docs/method.md §4): rollout -> group -> advantages -> batch -> step -> sink.
 
 Modes (``TrainConfig.mode``):
 
@@ -26,22 +26,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envace_engine import checkpoint, distributed, fsdp
-from envace_engine.advantages import row_advantages, scorable
-from envace_engine.batching import micro_batches
 from envace_engine.config import TrainConfig
 from envace_engine.environments import get_suite
 from envace_engine.environments.base import Suite
-from envace_engine.loss import LossInputs, RoleMetrics, policy_loss
 from envace_engine.models import load_model, load_tokenizer, resolve
-from envace_engine.rewards import JudgeConfig, RewardFn, make_reward, state_reward
-from envace_engine.rollout import RolloutConfig, rollout
+from envace_engine.rollout.loop import RolloutConfig, rollout
+from envace_engine.rollout.rewards import JudgeConfig, RewardFn, make_reward, state_reward
+from envace_engine.rollout.tokens import training_rows
 from envace_engine.samplers import Sampler, make_sampler
 from envace_engine.sink import Sink
-from envace_engine.tokens import training_rows
-from envace_engine.train_metrics import role_advantages, step_metrics
+from envace_engine.training import checkpoint
+from envace_engine.training.advantages import row_advantages, scorable
+from envace_engine.training.batching import micro_batches
+from envace_engine.training.loss import LossInputs, RoleMetrics, policy_loss
+from envace_engine.training.metrics import role_advantages, step_metrics
+from envace_engine.training.parallel import distributed, fsdp
+from envace_engine.training.parallel.weight_sync import server_sampler, sync_weights
 from envace_engine.types import Episode, Mode, Role, Task, TrainRow
-from envace_engine.weight_sync import server_sampler, sync_weights
 
 ROLLOUT_MODE = {"envace": Mode.REHEARSAL, "real-grpo": Mode.REAL, "act-only": Mode.REHEARSAL}
 TRAINED = {"envace": (Role.ACT, Role.REHEARSE), "real-grpo": (Role.ACT,), "act-only": (Role.ACT,)}
