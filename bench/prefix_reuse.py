@@ -27,7 +27,13 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.record import add_record_flag, record
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -131,6 +137,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small caps, one rep (< 1 min)")
     parser.add_argument("--extra", type=int, default=None, help="extra imagined episodes N")
     parser.add_argument("--reps", type=int, default=None, help="repetitions (median)")
+    add_record_flag(parser)
     args = parser.parse_args()
     extra = args.extra or (3 if args.quick else 4)
     reps = args.reps or (1 if args.quick else 3)
@@ -151,6 +158,8 @@ def main() -> None:
         result["ratio_sampled"] = sampled["ratio"]
         result["ratio_sampled_no_reuse"] = sampled["ratio_no_reuse"]
     print(json.dumps(result))
+    if args.record:
+        record(__file__, result)
 
 
 if __name__ == "__main__":

@@ -12,9 +12,9 @@ episodes), multi-turn, worked examples on (the embedded default). ``--quick``: 2
   each generation's prompt and length.
 * naive: the same prompts replayed one at a time with ``model.generate`` (batch 1), each
   forced to produce exactly as many tokens as the engine's generation did (min = max new
-  tokens), so both do the same work. The full run replays every generation (a few minutes:
-  a sample of a dozen gave naive rates from 5 to 11 tok/s between runs, since prompt and
-  generation lengths vary widely); ``--quick`` and ``--naive-sample N`` replay N at random.
+  tokens), so both do the same work. The full run replays every generation (a few minutes;
+  a sample's naive rate varies widely, since prompt and generation lengths do); ``--quick``
+  and ``--naive-sample N`` replay N at random.
 
 The engine runs ``--repeats`` times (3; 1 with ``--quick``) and its rate is the median. The
 naive replay is split into as many chunks, each run right after an engine run, so that a slow
@@ -34,11 +34,16 @@ import json
 import os
 import random
 import statistics
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.record import add_record_flag, record
 from envace_engine.samplers.base import Generation, SamplingParams
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -232,6 +237,7 @@ def parse_args() -> argparse.Namespace:
         action="store_true",
         help="also replay the naive baseline with the engine's packed linear weights",
     )
+    add_record_flag(parser)
     args = parser.parse_args()
     args.tasks, args.group = (2, 2) if args.quick else (8, 4)
     args.max_turns = 1 if args.quick else 3
@@ -271,7 +277,10 @@ def main() -> None:
             run["naive_packed_s" if packed else "naive_chunk_s"] = round(naive_s, 2)
         runs.append(run)
         print(json.dumps(run), flush=True)
-    print(json.dumps(summary(args, engine_rates, naive, runs)))
+    result = summary(args, engine_rates, naive, runs)
+    print(json.dumps(result))
+    if args.record:
+        record(__file__, result)
 
 
 def summary(

@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sqlalchemy import create_engine
 from sqlmodel import Field, Session, SQLModel
 
+from bench.record import add_record_flag, record
 from envace_engine.types import Episode
 from storage import RunWriter, Store
 from storage.export import export_run, import_run
@@ -188,6 +189,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="120k turns, fewer repeats (<1 min)")
     parser.add_argument("--turns", type=int, default=None, help="turns to ingest (default 1M)")
+    add_record_flag(parser)
     args = parser.parse_args()
     turns = args.turns or (120_000 if args.quick else 1_000_000)
     per_step = 2_000 if args.quick else 5_000
@@ -223,6 +225,8 @@ def main() -> None:
         "targets_met": bulk >= 100_000 and all(queries[q]["p95_ms"] < 100 for q in inspector),
     }
     print(json.dumps(result))
+    if args.record:
+        record(__file__, result)
 
 
 if __name__ == "__main__":

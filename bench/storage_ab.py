@@ -1,9 +1,9 @@
 """Storage write path: this checkout against a git revision, step by step in one process.
 
-Why. On the shared 2-core VMs the machine's speed drifts by tens of percent within minutes, so
-two separate ``bench/storage.py`` runs of two versions can disagree about which is faster. Here
-one process holds both writers and alternates them step by step (the same synthetic episodes,
-each version writing its own run), so a slow spell hits both alike.
+Why. On a shared machine the speed can drift a lot within minutes, so two separate
+``bench/storage.py`` runs of two versions can disagree about which is faster. Here one process
+holds both writers and alternates them step by step (the same synthetic episodes, each version
+writing its own run), so a slow spell hits both alike.
 
 What is compared: ``RunWriter.episodes`` of this checkout against that of ``--base``, whose
 ``storage/shards.py``, ``storage/rows.py`` and ``envace_engine/fidelity/metrics.py`` are read with
@@ -35,6 +35,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.record import add_record_flag, record  # noqa: E402
 from storage import RunWriter  # noqa: E402
 from storage.synthetic import make_step  # noqa: E402
 
@@ -127,12 +128,16 @@ def main() -> None:
     parser.add_argument("--base", default="HEAD", help="git revision to compare against")
     parser.add_argument("--quick", action="store_true", help="fewer, smaller steps (<1 min)")
     parser.add_argument("--steps", type=int, default=0, help="steps per writer (default 17)")
+    add_record_flag(parser)
     args = parser.parse_args()
     steps = args.steps or (8 if args.quick else 17)
     per_step = 2_000 if args.quick else 5_000
     if steps <= WARM_UP:
         raise SystemExit(f"--steps {steps}: use more than {WARM_UP} (the warm-up steps)")
-    print(json.dumps(run(args.base, steps, per_step)))
+    result = run(args.base, steps, per_step)
+    print(json.dumps(result))
+    if args.record:
+        record(__file__, result)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.record import add_record_flag, record  # noqa: E402
 from envace_engine.types import (  # noqa: E402
     CallRecord,
     Episode,
@@ -105,6 +106,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="3 loads per page")
     parser.add_argument("--episodes", type=int, default=10_000)
     parser.add_argument("--repeats", type=int, default=7)
+    add_record_flag(parser)
     args = parser.parse_args()
     repeats = 3 if args.quick else args.repeats
     os.environ["ENVACE_DEMO"] = "0"  # the empty baseline must really be empty
@@ -118,21 +120,20 @@ def main() -> None:
                 url, repeats, "tool call 0: get_stock", "?tab=inspector&episode=e10-3"
             )
     load_s, base_s = statistics.median(loads), statistics.median(base)
-    print(
-        json.dumps(
-            {
-                "episodes": args.episodes,
-                "repeats": repeats,
-                "build_s": round(build_s, 2),
-                "load_s": round(load_s, 3),
-                "inspector_s": round(statistics.median(inspector), 3),
-                "baseline_empty_load_s": round(base_s, 3),
-                "ratio": round(load_s / base_s, 3),
-                "target_load_s": 2.0,
-                "loads": [round(t, 3) for t in loads],
-            }
-        )
-    )
+    result = {
+        "episodes": args.episodes,
+        "repeats": repeats,
+        "build_s": round(build_s, 2),
+        "load_s": round(load_s, 3),
+        "inspector_s": round(statistics.median(inspector), 3),
+        "baseline_empty_load_s": round(base_s, 3),
+        "ratio": round(load_s / base_s, 3),
+        "target_load_s": 2.0,
+        "loads": [round(t, 3) for t in loads],
+    }
+    print(json.dumps(result))
+    if args.record:
+        record(__file__, result)
 
 
 if __name__ == "__main__":

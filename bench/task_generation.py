@@ -25,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.record import add_record_flag, record
 from envace_engine.environments import get_suite
 from envace_engine.environments.bfcl.backends import make_bfcl_env
 from envace_engine.types import Task
@@ -78,6 +79,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="3 repeats (under a minute)")
     parser.add_argument("--n", type=int, default=1000, help="bfcl-gen tasks per repeat")
     parser.add_argument("--repeats", type=int, default=7)
+    add_record_flag(parser)
     args = parser.parse_args()
     repeats = 3 if args.quick else args.repeats
 
@@ -106,6 +108,8 @@ def main() -> None:
         "ratio": round(ours_tps / bfcl_eps, 3),
     }
     print(json.dumps(summary))
+    if args.record:
+        record(__file__, summary)
 
 
 if __name__ == "__main__":

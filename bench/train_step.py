@@ -31,6 +31,11 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.record import add_record_flag, record
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -163,6 +168,7 @@ def main() -> None:
     parser.add_argument("--bf16", action="store_true", help="bf16 autocast for every variant")
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
+    add_record_flag(parser)
     args = parser.parse_args()
     if args.quick:  # a smoke run of the same code path; the memory claim needs full mode
         args.rows, args.prompt_len, args.completion_len, args.steps = 4, 48, 16, 1
@@ -202,6 +208,8 @@ def main() -> None:
     summary["time_ratio"] = round(ours["step_s"] / naive["step_s"], 3)
     summary["cpu_time_ratio"] = round(ours["cpu_s"] / naive["cpu_s"], 3)
     print(json.dumps(summary))
+    if args.record:
+        record(__file__, summary)
 
 
 if __name__ == "__main__":

@@ -50,6 +50,18 @@ class RolloutSettings(_Section):
     sampler_batch_size: int = Field(32, ge=1, description="prompts per HF forward batch")
 
 
+ROLLOUT_DEFAULTS = RolloutSettings()
+"""The one source of rollout defaults: ``RolloutConfig``, the CLI options and the studio's forms
+read theirs from here."""
+
+EVAL_TEMPERATURE = 0.7
+"""Sampling temperature of evaluations and sweeps (training samples at
+``ROLLOUT_DEFAULTS.temperature``)."""
+
+EVAL_BATCH_SIZE = 16
+"""Prompts per forward batch of an evaluation's embedded sampler."""
+
+
 class AdvantageSettings(_Section):
     """Role-wise GRPO advantages (``advantages.compute_advantages``)."""
 

@@ -12,12 +12,12 @@ backward pass. Training only needs ``log p(token_t | tokens_<t)`` at the complet
    backward recomputes each tile and turns it into the logits gradient in place;
 4. scatter the values back to ``[B, L]``, aligned with ``input_ids`` (zero off the completion).
 
-Why not TRL's ``ChunkedLogProbFunction`` / ``add_fused_lm_head`` (docs/platform.md §3): both give correct
-values and gradients on CPU, but off Triton devices ``add_fused_lm_head`` scores *every*
+Why not TRL's ``ChunkedLogProbFunction`` / ``add_fused_lm_head`` (docs/platform.md §3): both give
+correct values and gradients on CPU, but off Triton devices ``add_fused_lm_head`` scores *every*
 position with a 32768-column tile (``[4096, 32768]`` fp32 = 512 MB), and the kernel's torch
-fallback makes ~10 elementwise passes per tile; measured on this machine its backward over 1024
-tokens took 2-3x the naive full-logits backward, ours ~1.3-1.5x (docs/role_groups.md). Ours is
-plain torch: matmul, ``logsumexp``, and one in-place ``exp``/scale pass.
+fallback makes ~10 elementwise passes per tile, so on CPU its backward is slower than ours
+(``bench/train_step.py`` measures the variants). Ours is plain torch: matmul, ``logsumexp``, and
+one in-place ``exp``/scale pass.
 """
 
 from __future__ import annotations

@@ -58,6 +58,39 @@ class StopReason(StrEnum):
     SAMPLER_ERROR = "sampler_error"  # the sampler failed or aborted the request
 
 
+class MetaKey:
+    """Keys of ``Episode.meta`` that other code reads. Plain strings: meta is stored as JSON.
+
+    Rollout: ``SAMPLED_TOKENS`` (policy tokens sampled, act + rehearse), ``USER_TURNS_REACHED``,
+    ``NONCANONICAL`` (replies whose ids are not their text's canonical tokenisation). Training:
+    ``ADVANTAGES`` (``{"act": mean, "rehearse": mean}``). Fidelity: ``REAL_NLL``
+    (``{call_index: nats per token of the real response}``). Evaluation and test-time rehearsal
+    (docs/rehearsal.md): ``SUCCESS``, ``BUDGET``, ``REHEARSAL_MODE``, ``REPEAT``, the token
+    accounting ``ACT_TOKENS``/``REHEARSAL_TOKENS``/``MEMORY_TOKENS``, ``MEMORY``, ``MEMORIES``,
+    ``IMAGINED_IDS`` on a committed episode; ``IMAGINED_FOR``, ``INDEX``, ``MEMORY_BEFORE`` on
+    an imagined one.
+    """
+
+    SAMPLED_TOKENS = "sampled_tokens"
+    USER_TURNS_REACHED = "user_turns_reached"
+    NONCANONICAL = "noncanonical"
+    ADVANTAGES = "advantages"
+    REAL_NLL = "real_nll"
+    SUCCESS = "success"
+    BUDGET = "budget"
+    REHEARSAL_MODE = "rehearsal_mode"
+    REPEAT = "repeat"
+    ACT_TOKENS = "act_tokens"
+    REHEARSAL_TOKENS = "rehearsal_tokens"
+    MEMORY_TOKENS = "memory_tokens"
+    MEMORY = "memory"
+    MEMORIES = "memories"
+    IMAGINED_IDS = "imagined_ids"
+    IMAGINED_FOR = "imagined_for"
+    INDEX = "index"
+    MEMORY_BEFORE = "memory_before"
+
+
 @dataclass(frozen=True)
 class ToolCall:
     """A parsed tool call: name plus JSON arguments. ``raw`` is the text it was parsed from."""

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 import pandas as pd
 
+from envace_engine.types import MetaKey
 from storage.layout import RunManifest, RunProgress, read_manifest, read_progress
 from storage.schema import CALLS
 from storage.views import empty_select
@@ -271,7 +272,7 @@ class Queries:
                 ("rehearsals", "rehearsal_index"),
             )
         }
-        advantages = json.loads(row.get("meta_json") or "{}").get("advantages")
+        advantages = json.loads(row.get("meta_json") or "{}").get(MetaKey.ADVANTAGES)
         return EpisodeView(
             episode=row,
             segments=parts["segments"],

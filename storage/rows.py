@@ -42,10 +42,10 @@ from envace_engine.fidelity.metrics import (
     similarities,
     stage_pairs,
 )
-from envace_engine.types import CallRecord, Episode, Role, ToolResult
+from envace_engine.types import CallRecord, Episode, MetaKey, Role, ToolResult
 from storage.schema import CALLS, EPISODES, LOGPROBS, REHEARSALS, SEGMENTS, TOKENS
 
-ADVANTAGES_META_KEY = "advantages"  # Episode.meta: {"act": float, "rehearse": float}
+ADVANTAGES_META_KEY = MetaKey.ADVANTAGES  # Episode.meta: {"act": float, "rehearse": float}
 CHUNK_SEGMENTS = 2048  # tables are built in runs of episodes holding about this many segments
 # json.dumps(meta, sort_keys=True, default=str) without building an encoder per episode.
 _META_ENCODER = json.JSONEncoder(sort_keys=True, default=str)
@@ -409,8 +409,8 @@ def iter_step_tables(
     ``submit`` (``storage.scoring`` may compute them in a helper process) and are collected
     only once segments and rehearsals are built. The first three tables are built chunk by
     chunk (``CHUNK_SEGMENTS``) and concatenated: each makes several passes over the episodes'
-    objects, and a chunk's objects stay in the CPU cache from one pass to the next (~12 % less
-    time per bench/storage.py step than whole-step passes).
+    objects, and a chunk's objects stay in the CPU cache from one pass to the next (less time
+    per bench/storage.py step than whole-step passes).
     """
     chunks = _chunks(episodes)
     staged = [stage_calls(run_id, step, part, first) for first, part in chunks]

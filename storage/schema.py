@@ -134,12 +134,11 @@ WRITE_ORDER = ("segments", "rehearsals", "calls", "episodes")
 # Parquet encoding choices (storage.shards). Dictionaries only for columns whose values repeat
 # (roles, tools, statuses, codes, ids of groups and tasks) and for segment and rehearsal text
 # (a prompt repeats across a GRPO group and often across tasks, and DuckDB evaluates a search
-# filter once per dictionary entry: without it the bench's free-text search p95 went from 70
-# to 95-110 ms); JSON, episode and call ids and numbers are written plain, which zstd
-# compresses as well or better. Min/max
-# statistics only where readers prune row groups or files: run and step, and episode_index
-# (rows are in episode order, so a one-episode lookup decodes one row group). A bench/storage.py
-# step (5000 episodes) encoded in 131 ms instead of 159, and 3 % smaller (scratch timing).
+# filter once per dictionary entry, so the dictionary makes free-text search faster in
+# bench/storage.py); JSON, episode and call ids and numbers are written plain, which zstd
+# compresses as well or better. Min/max statistics only where readers prune row groups or
+# files: run and step, and episode_index (rows are in episode order, so a one-episode lookup
+# decodes one row group). Both choices make a step faster to encode and its files smaller.
 DICTIONARY_COLUMNS = frozenset(
     {
         "run_id",

@@ -5,7 +5,7 @@ episodes' objects, canonical JSON, the fidelity tiers), except the Parquet encod
 worker thread does on the second core. The tiers' costliest part, the text similarity of each
 inexact pair (``fidelity.metrics.similarities``), needs nothing but the two canonical JSON
 texts, so it can run in another process while the writer builds the segments and rehearsals
-shards: in ``bench/storage.py`` it is about a fifth of the writer's Python time.
+shards: in ``bench/storage.py`` it is a large share of the writer's Python time.
 
 ``SimilarityHelper.submit`` sends a step's text pairs to one helper process
 (``python -m envace_engine.fidelity.worker``) and returns a function that waits for the

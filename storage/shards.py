@@ -74,8 +74,8 @@ def _cyclic_gc_paused() -> Iterator[None]:
 
     Building allocates some hundred thousand short-lived tuples and strings, none in a cycle
     (reference counting frees them all), yet each 700 allocations start a collection, and the
-    older generations' collections walk every object the job holds. Pausing it saved ~8 % of
-    a bench/storage.py step, with nothing to collect; it is restored as it was, also after an
+    older generations' collections walk every object the job holds. Pausing it shortens a
+    bench/storage.py step, with nothing to collect; it is restored as it was, also after an
     error.
     """
     was_enabled = gc.isenabled()

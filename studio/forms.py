@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -20,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 
+from envace_engine.config import ROLLOUT_DEFAULTS
 from envace_engine.models import registry
 
 KINDS = {
@@ -40,6 +41,12 @@ class FormError(ValueError):
     """The form has bad values; the message lists each one (field: problem)."""
 
 
+def default(name: str) -> Any:
+    """A launch form field's default (``LaunchRequest``, whose rollout defaults come from the
+    engine's ``config.ROLLOUT_DEFAULTS``): the pages show these as initial values."""
+    return LaunchRequest.model_fields[name].default
+
+
 class LaunchRequest(BaseModel):
     """One job request from the Runs page or the Budget page."""
 
@@ -55,8 +62,8 @@ class LaunchRequest(BaseModel):
     budgets: tuple[int, ...] = (0, 1, 2)
     modes: tuple[Literal["parallel", "sequential"], ...] = ("parallel",)
     seed: int = Field(default=0, ge=0)
-    max_turns: int = Field(default=4, ge=1, le=64)
-    max_new_tokens: int = Field(default=128, ge=1, le=4096)
+    max_turns: int = Field(default=ROLLOUT_DEFAULTS.max_turns, ge=1, le=64)
+    max_new_tokens: int = Field(default=ROLLOUT_DEFAULTS.max_new_tokens_act, ge=1, le=4096)
 
     @field_validator("model")
     @classmethod

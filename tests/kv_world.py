@@ -91,6 +91,9 @@ class KVEnv:
     def state(self) -> dict[str, Any]:
         return dict(self.store)
 
+    def start_turn(self, turn: int) -> None:
+        """The KV world's tools never change between turns."""
+
 
 class KVSuite:
     """Tasks ``kv-a``, ``kv-b``, ``kv-c`` (implements ``Suite``)."""

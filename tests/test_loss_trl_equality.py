@@ -1,7 +1,7 @@
 """Our loss and gradients equal TRL 1.16 GRPOTrainer's on a fixed single-turn, single-role batch.
 
-Recipe: docs/protocols.md §2.1. A GRPOTrainer is built on the seeded ``tiny`` model (saved on disk, so
-``beta > 0`` can build its reference model from the path), switched to eval mode (gradient
+Recipe: docs/protocols.md §2.1. A GRPOTrainer is built on the seeded ``tiny`` model (saved on disk,
+so ``beta > 0`` can build its reference model from the path), switched to eval mode (gradient
 accumulation factor 1), and fed a fixed batch through ``_compute_loss``. Ours runs on the same
 model object (TRL only patches ``forward``; we use the backbone and the head directly) with the
 same token layout (left-padded prompts, right-padded completions).

@@ -291,8 +291,9 @@ def test_smollm2_multi_turn_episodes_have_no_drift(smollm2):
 @pytest.mark.slow
 def test_smollm2_rehearsal_mode_on_toy_holds_rehearsed_and_real(smollm2):
     """Every call the untrained model makes is rehearsed by its own generation and executed on
-    the shadow env. Its rehearsals rarely parse before SFT (docs/platform.md §2): then ``rehearsed`` is
-    None, the raw world-role output stays in ``Episode.rehearsals`` and the stop says why."""
+    the shadow env. Its rehearsals rarely parse before SFT (docs/platform.md §2): then
+    ``rehearsed`` is None, the raw world-role output stays in ``Episode.rehearsals`` and the
+    stop says why."""
     sampler, tokenizer = smollm2
     suite, pool, tasks = _toy_two_turn_tasks(2)
     config = RolloutConfig(

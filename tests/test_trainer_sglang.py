@@ -198,23 +198,23 @@ def test_sync_weights_reaches_every_server_and_keeps_one_copy(servers, tmp_path)
         parts.model.get_input_embeddings().weight.mul_(-2.0)
     changed = snapshot(parts.model)
 
-    weight_sync.sync_weights(parts, tmp_path, 5)
+    weight_sync.sync_weights(parts.weight_source(), tmp_path, 5)
     assert [reported_version(s) for s in servers] == ["5", "5"]
     assert serves(one, changed) and serves(two, changed)
     assert pushed(tmp_path) == ["step-000005"]
-    weight_sync.sync_weights(parts, tmp_path, 6)
+    weight_sync.sync_weights(parts.weight_source(), tmp_path, 6)
     assert pushed(tmp_path) == ["step-000006"]
 
     one.faults.hide_weights = 1
     with pytest.raises(weight_sync.WeightSyncError, match=rf"{one.url}: .*step-000007\) failed"):
-        weight_sync.sync_weights(parts, tmp_path, 7)
+        weight_sync.sync_weights(parts.weight_source(), tmp_path, 7)
     assert pushed(tmp_path) == ["step-000006", "step-000007"]
     assert reported_version(one) == "6"
 
 
 def test_in_process_sampler_needs_no_push(tmp_path) -> None:
     parts = trainer.setup(load(TrainConfig, CONFIGS / "tiny-test.toml"))
-    weight_sync.sync_weights(parts, tmp_path, 1)
+    weight_sync.sync_weights(parts.weight_source(), tmp_path, 1)
     assert pushed(tmp_path) == []
 
 

@@ -15,6 +15,12 @@ from typing import Annotated, Any
 
 import typer
 
+from envace_engine.config import EVAL_BATCH_SIZE, EVAL_TEMPERATURE
+from envace_engine.config import ROLLOUT_DEFAULTS as _D
+from envace_engine.testtime.memory import MemoryConfig
+
+_MEMORY_TOKENS = MemoryConfig().max_new_tokens
+
 ModelOpt = Annotated[
     list[str], typer.Option("--model", help="model name, checkpoint dir or sglang+http://HOST:PORT")
 ]
@@ -211,15 +217,15 @@ def eval_command(
     repeats: RepeatsOpt = 1,
     budget: BudgetOpt = 0,
     rehearsal: ModeOpt = "parallel",
-    temperature: TempOpt = 0.7,
+    temperature: TempOpt = EVAL_TEMPERATURE,
     seed: SeedOpt = 0,
-    max_turns: TurnsOpt = 4,
-    max_new_tokens_act: ActOpt = 128,
-    max_new_tokens_rehearse: WorldOpt = 96,
-    memory_tokens: MemoryOpt = 96,
-    examples: ExamplesOpt = 2,
+    max_turns: TurnsOpt = _D.max_turns,
+    max_new_tokens_act: ActOpt = _D.max_new_tokens_act,
+    max_new_tokens_rehearse: WorldOpt = _D.max_new_tokens_rehearse,
+    memory_tokens: MemoryOpt = _MEMORY_TOKENS,
+    examples: ExamplesOpt = _D.n_examples,
     success_threshold: ThresholdOpt = 1.0,
-    batch_size: BatchOpt = 16,
+    batch_size: BatchOpt = EVAL_BATCH_SIZE,
     root: RootOpt = None,
     run_dir: RunDirOpt = None,
 ) -> None:
@@ -268,15 +274,15 @@ def sweep_command(
     repeats: RepeatsOpt = 1,
     budgets: BudgetsOpt = "0,1,2,4",
     rehearsal: ModesOpt = "parallel,sequential",
-    temperature: TempOpt = 0.7,
+    temperature: TempOpt = EVAL_TEMPERATURE,
     seed: SeedOpt = 0,
-    max_turns: TurnsOpt = 4,
-    max_new_tokens_act: ActOpt = 128,
-    max_new_tokens_rehearse: WorldOpt = 96,
-    memory_tokens: MemoryOpt = 96,
-    examples: ExamplesOpt = 2,
+    max_turns: TurnsOpt = _D.max_turns,
+    max_new_tokens_act: ActOpt = _D.max_new_tokens_act,
+    max_new_tokens_rehearse: WorldOpt = _D.max_new_tokens_rehearse,
+    memory_tokens: MemoryOpt = _MEMORY_TOKENS,
+    examples: ExamplesOpt = _D.n_examples,
     success_threshold: ThresholdOpt = 1.0,
-    batch_size: BatchOpt = 16,
+    batch_size: BatchOpt = EVAL_BATCH_SIZE,
     root: RootOpt = None,
     run_dir: RunDirOpt = None,
 ) -> None:

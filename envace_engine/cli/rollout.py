@@ -18,9 +18,10 @@ from typing import Annotated, Any
 
 import typer
 
+from envace_engine.config import ROLLOUT_DEFAULTS as _D
 from envace_engine.environments.base import Suite
 from envace_engine.samplers.base import Sampler
-from envace_engine.types import Episode, Mode, Role, Task
+from envace_engine.types import Episode, MetaKey, Mode, Role, Task
 
 
 def transcript(episode: Episode, width: int = 400) -> str:
@@ -50,7 +51,7 @@ def transcript(episode: Episode, width: int = 400) -> str:
 def summary(episodes: Sequence[Episode], seconds: float) -> str:
     """Stop reasons, tokens, calls, pairs and drift of a batch, in a few lines."""
     stops = Counter(str(e.stop_reason) for e in episodes)
-    sampled = sum(e.meta.get("sampled_tokens", 0) for e in episodes)
+    sampled = sum(e.meta.get(MetaKey.SAMPLED_TOKENS, 0) for e in episodes)
     pairs = sum(1 for e in episodes for c in e.calls if c.rehearsed and c.real)
     return "\n".join(
         [
@@ -85,14 +86,24 @@ def rollout_command(
         str | None, typer.Option(help="frozen simulator model (simulator mode)")
     ] = None,
     split: Annotated[str, typer.Option(help="task split")] = "train",
-    max_turns: Annotated[int, typer.Option(min=1, help="agent replies per user turn")] = 4,
-    max_new_tokens: Annotated[int, typer.Option(min=1, help="tokens per act generation")] = 128,
+    max_turns: Annotated[
+        int, typer.Option(min=1, help="agent replies per user turn")
+    ] = _D.max_turns,
+    max_new_tokens: Annotated[
+        int, typer.Option(min=1, help="tokens per act generation")
+    ] = _D.max_new_tokens_act,
     max_new_tokens_rehearse: Annotated[
         int, typer.Option(min=1, help="tokens per world generation")
-    ] = 96,
-    temperature: Annotated[float, typer.Option(min=0.0, help="sampling temperature")] = 1.0,
-    examples: Annotated[int, typer.Option(min=0, help="worked examples in both prompts")] = 2,
-    grounded: Annotated[bool, typer.Option(help="reference results in the rehearse prompt")] = True,
+    ] = _D.max_new_tokens_rehearse,
+    temperature: Annotated[
+        float, typer.Option(min=0.0, help="sampling temperature")
+    ] = _D.temperature,
+    examples: Annotated[
+        int, typer.Option(min=0, help="worked examples in both prompts")
+    ] = _D.n_examples,
+    grounded: Annotated[
+        bool, typer.Option(help="reference results in the rehearse prompt")
+    ] = _D.grounded_rehearsal,
     show: Annotated[int, typer.Option(min=0, help="transcripts to print")] = 4,
 ) -> None:
     """Run episodes, print transcripts and a summary; write JSON Lines and/or a stored run."""

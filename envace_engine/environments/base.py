@@ -30,6 +30,12 @@ class Environment(Protocol):
         """A JSON-serialisable snapshot of the current state (for display and checks)."""
         ...
 
+    def start_turn(self, turn: int) -> None:
+        """Called before the agent acts on user turn ``turn`` (0 first). Environments whose
+        tools change between turns (BFCL's ``miss_func`` reveals a held-out tool at its turn)
+        act on it; others do nothing."""
+        ...
+
 
 @runtime_checkable
 class Suite(Protocol):

@@ -63,7 +63,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
-from envace_engine.types import ToolResult
+from envace_engine.types import MetaKey, ToolResult
 
 if TYPE_CHECKING:
     import torch
@@ -71,7 +71,7 @@ if TYPE_CHECKING:
 
 REL_TOL = 0.01  # numbers within 1 % of each other are the same value
 ABS_TOL = 1e-9  # so that 0.0 and float noise around it still match
-NLL_META_KEY = "real_nll"  # Episode.meta key: {call_index: nll per token of the real response}
+NLL_META_KEY = MetaKey.REAL_NLL  # Episode.meta: {call_index: nll per token of the real response}
 
 
 def _json_default(value: Any) -> Any:
@@ -87,7 +87,7 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
-# One shared encoder: json.dumps would build a new one per call, a third of the cost here.
+# One shared encoder: json.dumps would build a new one per call, a large part of the cost here.
 _ENCODER = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_json_default
 )

@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from envace_engine.config import ROLLOUT_DEFAULTS as _D
 from envace_engine.environments.base import Environment, Suite
 from envace_engine.rollout.parsing import INVALID_CALL_CODES, parse_rehearsal, parse_tool_calls
 from envace_engine.rollout.prompts import (
@@ -37,10 +38,12 @@ from envace_engine.rollout.prompts import (
     tool_message,
 )
 from envace_engine.rollout.tokens import ChatTokenizer, TokenSequence
-from envace_engine.samplers.base import Generation, Sampler, SamplingParams
+from envace_engine.samplers.base import Generation, Sampler, SamplingParams, Session, SessionSampler
+from envace_engine.seeds import derive_seed
 from envace_engine.types import (
     CallRecord,
     Episode,
+    MetaKey,
     Mode,
     Rehearsal,
     Role,
@@ -54,21 +57,24 @@ from envace_engine.types import (
 
 @dataclass(frozen=True)
 class RolloutConfig:
-    """Settings of one rollout batch. Token caps are per generation unless named otherwise."""
+    """Settings of one rollout batch. Token caps are per generation unless named otherwise.
+
+    Defaults come from ``config.ROLLOUT_DEFAULTS`` (the config file's ``[rollout]`` section).
+    """
 
     mode: Mode = Mode.REHEARSAL
-    max_turns: int = 4  # agent replies per user turn
-    max_new_tokens_act: int = 128
-    max_new_tokens_rehearse: int = 96
-    max_episode_tokens: int = 4096  # policy-sampled tokens (act + rehearse) per episode
-    context_limit: int = 8192  # prompt + max_new_tokens of any generation
-    temperature: float = 1.0
-    top_p: float = 1.0
+    max_turns: int = _D.max_turns  # agent replies per user turn
+    max_new_tokens_act: int = _D.max_new_tokens_act
+    max_new_tokens_rehearse: int = _D.max_new_tokens_rehearse
+    max_episode_tokens: int = _D.max_episode_tokens  # policy-sampled tokens per episode
+    context_limit: int = _D.context_limit  # prompt + max_new_tokens of any generation
+    temperature: float = _D.temperature
+    top_p: float = _D.top_p
     top_k: int = -1
     seed: int | None = None
-    grounded_rehearsal: bool = True  # reference calls/results in the rehearse prompt
-    rehearse_history: bool = True  # the conversation so far in the rehearse prompt
-    n_examples: int = 2  # worked examples from other tasks, in both prompts
+    grounded_rehearsal: bool = _D.grounded_rehearsal  # reference results in the rehearse prompt
+    rehearse_history: bool = _D.rehearse_history  # the conversation so far in rehearse prompts
+    n_examples: int = _D.n_examples  # worked examples from other tasks, in both prompts
     simulator: Sampler | None = None  # the frozen simulator (simulator mode)
     simulator_tokenizer: Any = None  # its tokenizer when it differs from the policy's
     shadow_real: bool = True  # rehearsal/simulator mode: record real answers beside them
@@ -184,14 +190,12 @@ class _Runner:
     def run(self, lives: list[_Live], progress: Callable[[int, int], None] | None) -> None:
         """Generate until every episode has ended; ``progress(ended, total)`` as they end.
 
-        A sampler with sessions (``session``: HFSampler's continuous batching, SGLang's
-        continuous submission) that also plays the world gets each episode's next request as
-        soon as its last one finished; otherwise (a separate simulator) episodes advance in
-        micro-steps.
+        A ``SessionSampler`` (HFSampler's continuous batching, SGLang's continuous submission)
+        that also plays the world gets each episode's next request as soon as its last one
+        finished; otherwise (a separate simulator) episodes advance in micro-steps.
         """
-        session = getattr(self.sampler, "session", None)
-        if session is not None and self.world_sampler is self.sampler:
-            self._run_continuous(lives, progress, session)
+        if isinstance(self.sampler, SessionSampler) and self.world_sampler is self.sampler:
+            self._run_continuous(lives, progress, self.sampler)
         else:
             self._run_micro_steps(lives, progress)
 
@@ -199,14 +203,14 @@ class _Runner:
         self,
         lives: list[_Live],
         progress: Callable[[int, int], None] | None,
-        session_of: Callable[[SamplingParams], Any],
+        sampler: SessionSampler,
     ) -> None:
         """One decode session; a finished generation moves its episode on and resubmits it."""
         cfg = self.config
-        seed = None if cfg.seed is None else cfg.seed * 100_003 + self.calls_made
+        seed = None if cfg.seed is None else derive_seed(cfg.seed, "call", self.calls_made)
         self.calls_made += 1
         ended = -1
-        with session_of(cfg.params(cfg.max_new_tokens_act, self.chat.eos_id, seed)) as session:
+        with sampler.session(cfg.params(cfg.max_new_tokens_act, self.chat.eos_id, seed)) as session:
             for i, live in enumerate(lives):
                 self._submit(session, i, live)
             while session.busy:
@@ -220,7 +224,7 @@ class _Runner:
         if progress is not None:
             progress(sum(e.stop is not None for e in lives), len(lives))
 
-    def _submit(self, session: Any, i: int, live: _Live) -> None:
+    def _submit(self, session: Session, i: int, live: _Live) -> None:
         """Queue episode ``i``'s next generation, if it waits for one."""
         cfg = self.config
         if live.waiting_world:
@@ -260,7 +264,7 @@ class _Runner:
     ) -> list[Generation]:
         """One sampler call for the whole micro-step batch, results in prompt order."""
         cfg = self.config
-        seed = None if cfg.seed is None else cfg.seed * 100_003 + self.calls_made
+        seed = None if cfg.seed is None else derive_seed(cfg.seed, "call", self.calls_made)
         self.calls_made += 1
         out = sampler.generate([list(p) for p in prompts], cfg.params(cap, chat.eos_id, seed))
         if len(out) != len(prompts):
@@ -393,11 +397,9 @@ class _Runner:
 
 
 def _start_turn(env: Environment | None, turn: int) -> None:
-    # BFCL's miss_func tasks reveal a tool from a later turn on; environments that model this
-    # expose start_turn (not part of the Environment protocol, so it is optional here).
-    start = getattr(env, "start_turn", None)
-    if callable(start):
-        start(turn)
+    # BFCL's miss_func tasks reveal a tool from a later turn on (Environment.start_turn).
+    if env is not None:
+        env.start_turn(turn)
 
 
 def _episode(live: _Live, mode: Mode) -> Episode:
@@ -415,9 +417,9 @@ def _episode(live: _Live, mode: Mode) -> Episode:
         final_answers=tuple(live.answers),
         drift=live.drift,
         meta={
-            "sampled_tokens": live.sampled,
-            "user_turns_reached": live.turn + 1,
-            "noncanonical": live.noncanonical,
+            MetaKey.SAMPLED_TOKENS: live.sampled,
+            MetaKey.USER_TURNS_REACHED: live.turn + 1,
+            MetaKey.NONCANONICAL: live.noncanonical,
         },
     )
 
@@ -475,8 +477,9 @@ def rollout_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     metrics: dict[str, float] = {
         "rollout/episodes": float(len(episodes)),
         "rollout/drift": float(sum(e.drift for e in episodes)),
-        "rollout/noncanonical": float(sum(e.meta.get("noncanonical", 0) for e in episodes)),
-        "rollout/sampled_tokens_mean": sum(e.meta.get("sampled_tokens", 0) for e in episodes) / n,
+        "rollout/noncanonical": float(sum(e.meta.get(MetaKey.NONCANONICAL, 0) for e in episodes)),
+        "rollout/sampled_tokens_mean": sum(e.meta.get(MetaKey.SAMPLED_TOKENS, 0) for e in episodes)
+        / n,
         "rollout/calls_mean": sum(len(e.calls) for e in episodes) / n,
         "rollout/rehearsals": float(sum(len(e.rehearsals) for e in episodes)),
     }

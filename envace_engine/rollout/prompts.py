@@ -1,4 +1,4 @@
-"""Prompts for both roles: the act prompt (agent) and the rehearse prompt (world, docs/method.md §2).
+"""Prompts for both roles: the act prompt (agent) and the rehearse prompt (world, method.md §2).
 
 Chat format choices (docs/masking.md explains the token side):
 
@@ -14,8 +14,8 @@ Chat format choices (docs/masking.md explains the token side):
 * Worked examples (``n_examples``) come from *other* tasks' reference trajectories (preferably
   ones using the same tools) and are rendered as earlier chat turns in the exact reply format:
   the untrained 135M model emits tool calls and ``<execution_result>`` only after seeing itself
-  write them (docs/platform.md §2; measured again here: with examples in the system message as a
-  transcript it wrote prose, as chat turns it wrote a valid call 4 times out of 4).
+  write them (docs/platform.md §2: with examples in the system message as a transcript it
+  writes prose, as chat turns it writes valid calls).
 * The rehearse prompt is a fresh two-message chat: system (the simulator's rules) and user
   (tools, optional reference calls and results, optional history, the agent's latest reply,
   the call to simulate). Both switches are recorded by the caller (``Rehearsal.grounded``).

@@ -7,7 +7,10 @@ distribution (``log_softmax(logits / temperature)`` before top-k/top-p, as SGLan
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 
@@ -46,4 +49,53 @@ class Sampler(Protocol):
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
         """One generation per prompt, in order. Failures are returned, not raised."""
+        ...
+
+
+class Session(Protocol):
+    """Continuous submission: requests go in one at a time, finished generations come out.
+
+    ``HFSampler``'s continuous batching (``embedded.session.DecodeSession``) and SGLang's
+    concurrent requests (``sglang.SGLangSession``) implement it. ``step`` does some work (one
+    decode step, or one wait for the server) and returns the generations that finished, each
+    under the key it was submitted with.
+    """
+
+    @property
+    def busy(self) -> bool:
+        """Whether any submitted request has not come out of ``step`` yet."""
+        ...
+
+    def submit(
+        self, key: Hashable, prompt: list[int], max_new_tokens: int, stop_ids: frozenset[int]
+    ) -> None:
+        """Queue one request (its own token cap and stop ids; the session's sampling params)."""
+        ...
+
+    def step(self) -> list[tuple[Hashable, Generation]]:
+        """Advance; return the ``(key, generation)`` pairs that finished."""
+        ...
+
+
+@runtime_checkable
+class SessionSampler(Sampler, Protocol):
+    """A sampler that can also run a ``Session`` (the rollout then never waits for a batch)."""
+
+    def session(self, params: SamplingParams) -> AbstractContextManager[Session]:
+        """A session sampling with ``params`` (temperature, top-k/p, seed) until it closes."""
+        ...
+
+
+@runtime_checkable
+class WeightReceiver(Protocol):
+    """A sampler in other processes that loads new weights from a checkpoint directory.
+
+    In-process samplers share the trained model object and need no push; SGLang servers are
+    told to load each step's weights (``training.parallel.weight_sync``).
+    """
+
+    def update_weights_from_disk(
+        self, model_path: str | Path, *, weight_version: str | None = None
+    ) -> None:
+        """Make every server load ``model_path`` as ``weight_version``; raise if any refuses."""
         ...

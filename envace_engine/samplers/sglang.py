@@ -26,7 +26,6 @@ import logging
 import math
 import time
 import uuid
-import zlib
 from collections.abc import Hashable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
@@ -39,6 +38,7 @@ from pydantic import BaseModel, ValidationError
 from envace_engine.samplers.base import Generation, SamplingParams
 from envace_engine.samplers.routing import PrefixRouter
 from envace_engine.samplers.validation import check_request
+from envace_engine.seeds import derive_seed
 
 log = logging.getLogger(__name__)
 
@@ -279,7 +279,7 @@ class SGLangSession:
         self.asked[key] = nth + 1
         seed = self.params.seed
         if seed is not None:
-            seed = (seed + zlib.crc32(repr((key, nth)).encode())) % 2**31
+            seed = derive_seed(seed, "request", repr(key), nth)
         params = replace(
             self.params,
             max_new_tokens=max_new_tokens,

@@ -33,7 +33,7 @@ from envace_engine.testtime.rehearsal import (
     parse_mode,
     run_with_rehearsal,
 )
-from envace_engine.types import Episode, Task
+from envace_engine.types import Episode, MetaKey, Task
 
 RewardFn = Callable[[Task, Episode], float | None]
 
@@ -135,7 +135,7 @@ def score_attempt(attempt: Attempt, reward_fn: RewardFn, threshold: float) -> At
     """Set the committed episode's reward (and ``meta["success"]``) from the real outcome."""
     committed = attempt.committed
     reward = reward_fn(attempt.task, committed)
-    meta = {**committed.meta, "success": is_success(reward, threshold)}
+    meta = {**committed.meta, MetaKey.SUCCESS: is_success(reward, threshold)}
     return replace(attempt, committed=replace(committed, reward=reward, meta=meta))
 
 
@@ -156,9 +156,9 @@ def task_results(attempts: Sequence[Attempt], threshold: float) -> tuple[TaskRes
                 task_id=task_id,
                 rewards=tuple(e.reward for e in episodes),
                 successes=sum(is_success(e.reward, threshold) for e in episodes),
-                act_tokens=mean("act_tokens"),
-                rehearsal_tokens=mean("rehearsal_tokens"),
-                memory_tokens=mean("memory_tokens"),
+                act_tokens=mean(MetaKey.ACT_TOKENS),
+                rehearsal_tokens=mean(MetaKey.REHEARSAL_TOKENS),
+                memory_tokens=mean(MetaKey.MEMORY_TOKENS),
                 real_calls=sum(len(e.calls) for e in episodes) / k,
             )
         )

@@ -28,7 +28,7 @@ from envace_engine.rollout.parsing import result_to_json
 from envace_engine.rollout.prompts import Message, dumps
 from envace_engine.rollout.tokens import ChatTokenizer
 from envace_engine.samplers.base import Sampler, SamplingParams
-from envace_engine.types import Episode, Role, Task
+from envace_engine.types import Episode, MetaKey, Role, Task
 
 MEMORY_SYSTEM = """\
 You just rehearsed a task privately, in your imagination: every tool result below was imagined \
@@ -138,7 +138,7 @@ def with_memory(task: Task, memory: str) -> Task:
 
 def sampled_tokens(episode: Episode) -> int:
     """Policy tokens an episode sampled (act + rehearse), from the rollout's own count."""
-    counted = episode.meta.get("sampled_tokens")
+    counted = episode.meta.get(MetaKey.SAMPLED_TOKENS)
     if isinstance(counted, int):
         return counted
     act = sum(len(s.token_ids) for s in episode.segments if s.role is Role.ACT)

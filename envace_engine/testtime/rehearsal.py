@@ -33,6 +33,7 @@ from envace_engine.rollout.loop import RolloutConfig, rollout
 from envace_engine.rollout.prompts import Message
 from envace_engine.rollout.tokens import ChatTokenizer
 from envace_engine.samplers.base import Sampler, SamplingParams
+from envace_engine.seeds import derive_seed
 from envace_engine.testtime.memory import (
     MemoryConfig,
     MemoryNote,
@@ -42,7 +43,7 @@ from envace_engine.testtime.memory import (
     with_memory,
     write_memories,
 )
-from envace_engine.types import Episode, Mode, Role, Task
+from envace_engine.types import Episode, MetaKey, Mode, Role, Task
 
 Progress = Callable[[int, int, str], None]
 
@@ -120,7 +121,9 @@ def act_tokens(episode: Episode) -> int:
 
 def _seeded(config: RolloutConfig, phase: int) -> RolloutConfig:
     # A distinct seed per phase, so imagination, memory and commit never reuse one random stream.
-    return config if config.seed is None else replace(config, seed=config.seed * 7919 + phase)
+    if config.seed is None:
+        return config
+    return replace(config, seed=derive_seed(config.seed, "rehearsal-phase", phase))
 
 
 def imagine_config(config: RolloutConfig) -> RolloutConfig:
@@ -197,7 +200,7 @@ class _Rehearser:
             variants = [with_memory(p.task, p.memory) for p in plans]
             episodes = self._rollout(variants, 1, f"im{k}", 10 + 2 * k)
             episodes = [
-                replace(e, meta={**e.meta, "memory_before": p.memory})
+                replace(e, meta={**e.meta, MetaKey.MEMORY_BEFORE: p.memory})
                 for e, p in zip(episodes, plans, strict=True)
             ]
             prompts = [
@@ -271,7 +274,7 @@ def commit(
 def _attempt(plan: Plan, episode: Episode, rehearsal: RehearsalConfig, run_id: str) -> Attempt:
     """Attach meta (memory, token accounting, links) to a committed episode and its imagined."""
     group = f"{run_id}-{plan.task_index}"  # all repeats of a task form one group (pass^k)
-    setting = {"budget": rehearsal.budget, "rehearsal_mode": rehearsal.label}
+    setting = {MetaKey.BUDGET: rehearsal.budget, MetaKey.REHEARSAL_MODE: rehearsal.label}
     imagined = tuple(
         replace(
             e,
@@ -279,9 +282,9 @@ def _attempt(plan: Plan, episode: Episode, rehearsal: RehearsalConfig, run_id: s
             meta={
                 **e.meta,
                 **setting,
-                "imagined_for": episode.id,
-                "index": k,
-                "repeat": plan.repeat,
+                MetaKey.IMAGINED_FOR: episode.id,
+                MetaKey.INDEX: k,
+                MetaKey.REPEAT: plan.repeat,
             },
         )
         for k, e in enumerate(plan.imagined)
@@ -289,13 +292,13 @@ def _attempt(plan: Plan, episode: Episode, rehearsal: RehearsalConfig, run_id: s
     meta = {
         **episode.meta,
         **setting,
-        "repeat": plan.repeat,
-        "act_tokens": act_tokens(episode),
-        "rehearsal_tokens": sum(sampled_tokens(e) for e in plan.imagined),
-        "memory_tokens": sum(m.n_tokens for m in plan.memories),
-        "memory": plan.memory,
-        "memories": [m.as_meta() for m in plan.memories],
-        "imagined_ids": [e.id for e in imagined],
+        MetaKey.REPEAT: plan.repeat,
+        MetaKey.ACT_TOKENS: act_tokens(episode),
+        MetaKey.REHEARSAL_TOKENS: sum(sampled_tokens(e) for e in plan.imagined),
+        MetaKey.MEMORY_TOKENS: sum(m.n_tokens for m in plan.memories),
+        MetaKey.MEMORY: plan.memory,
+        MetaKey.MEMORIES: [m.as_meta() for m in plan.memories],
+        MetaKey.IMAGINED_IDS: [e.id for e in imagined],
     }
     committed = replace(episode, group_id=group, meta=meta)
     return Attempt(plan.task, committed, imagined)

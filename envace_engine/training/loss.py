@@ -1,4 +1,4 @@
-"""Role-wise GRPO loss: clipped policy gradient with dual clip and optional k3 KL (docs/method.md §4).
+"""Role-wise GRPO loss: clipped policy gradient, dual clip, optional k3 KL (docs/method.md §4).
 
 Per trained token ``t`` of a row with advantage ``A``, with ``r = exp(logp − old_logp)``::
 

@@ -38,6 +38,7 @@ from envace_engine.rollout.prompts import (
     rehearse_samples,
     to_chat,
 )
+from envace_engine.seeds import derive_seed
 from envace_engine.sink import Sink
 from envace_engine.types import Task
 
@@ -96,7 +97,7 @@ def build_records(config: SFTConfig, suite: Suite | None = None) -> list[dict[st
     records = [
         to_record(s) for t in sft_tasks(suite, config) for s in task_samples(t, pool, config)
     ]
-    random.Random(config.seed + 1).shuffle(records)
+    random.Random(derive_seed(config.seed, "sft-records")).shuffle(records)
     return records
 
 

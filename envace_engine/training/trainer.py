@@ -1,4 +1,4 @@
-"""Role-wise GRPO training (docs/method.md §4): rollout -> group -> advantages -> batch -> step -> sink.
+"""Role-wise GRPO (docs/method.md §4): rollout -> group -> advantages -> batch -> step -> sink.
 
 Modes (``TrainConfig.mode``):
 
@@ -34,6 +34,7 @@ from envace_engine.rollout.loop import RolloutConfig, rollout
 from envace_engine.rollout.rewards import JudgeConfig, RewardFn, make_reward, state_reward
 from envace_engine.rollout.tokens import training_rows
 from envace_engine.samplers import Sampler, make_sampler
+from envace_engine.seeds import derive_seed
 from envace_engine.sink import Sink
 from envace_engine.training import checkpoint
 from envace_engine.training.advantages import row_advantages, scorable
@@ -41,8 +42,8 @@ from envace_engine.training.batching import micro_batches
 from envace_engine.training.loss import LossInputs, RoleMetrics, policy_loss
 from envace_engine.training.metrics import role_advantages, step_metrics
 from envace_engine.training.parallel import distributed, fsdp
-from envace_engine.training.parallel.weight_sync import server_sampler, sync_weights
-from envace_engine.types import Episode, Mode, Role, Task, TrainRow
+from envace_engine.training.parallel.weight_sync import WeightSource, server_sampler, sync_weights
+from envace_engine.types import Episode, MetaKey, Mode, Role, Task, TrainRow
 
 ROLLOUT_MODE = {"envace": Mode.REHEARSAL, "real-grpo": Mode.REAL, "act-only": Mode.REHEARSAL}
 TRAINED = {"envace": (Role.ACT, Role.REHEARSE), "real-grpo": (Role.ACT,), "act-only": (Role.ACT,)}
@@ -69,6 +70,10 @@ class Parts:
     # or one process, where ``model`` itself is trained.
     sharded: Any | None = None
 
+    def weight_source(self) -> WeightSource:
+        """What a weight push to out-of-process samplers reads (the full model copy)."""
+        return WeightSource(self.sampler, self.model, self.tokenizer, self.dist)
+
 
 def train(config: TrainConfig, run_dir: Path, sink: Sink | None, resume: bool = False) -> int:
     """Build everything for ``config`` and train; return the last completed step."""
@@ -84,7 +89,7 @@ def run(parts: Parts, run_dir: Path, sink: Sink | None, resume: bool = False) ->
         state = checkpoint.restore(found, parts.model, parts.optimizer, sharded=parts.sharded)
     # Out-of-process samplers start from whatever their servers loaded: push the weights this
     # run starts from (fresh or restored), so step k always samples from the step-k weights.
-    sync_weights(parts, run_dir, state.step)
+    sync_weights(parts.weight_source(), run_dir, state.step)
     for step in range(state.step, config.steps):
         started = time.perf_counter()
         tasks, position = next_tasks(parts, state.data_position)
@@ -99,7 +104,7 @@ def run(parts: Parts, run_dir: Path, sink: Sink | None, resume: bool = False) ->
         publish(parts, sink, step, episodes, rows, advantages, success, extra)
         if state.step % config.checkpoint_every == 0 or state.step == config.steps:
             save(parts, run_dir, state)
-        sync_weights(parts, run_dir, state.step)
+        sync_weights(parts.weight_source(), run_dir, state.step)
     return state.step
 
 
@@ -184,7 +189,7 @@ def draw_tasks(
     drawn = []
     for p in range(position, position + count):
         order = list(range(n))
-        random.Random(seed * 1_000_003 + p // n).shuffle(order)
+        random.Random(derive_seed(seed, "tasks", p // n)).shuffle(order)
         drawn.append(tasks[order[p % n]])
     return drawn[rank::world], position + count
 
@@ -192,7 +197,7 @@ def draw_tasks(
 def rollout_config(config: TrainConfig, step: int, rank: int) -> RolloutConfig:
     """The rollout settings of one step; the sampler seed depends on (seed, step, rank) only."""
     r = config.rollout.model_dump(exclude={"sampler_batch_size"})
-    seed = (config.seed * 1_000_003 + step) * 131 + rank
+    seed = derive_seed(config.seed, "rollout", step, rank)
     return RolloutConfig(mode=ROLLOUT_MODE[config.mode], seed=seed, **r)
 
 
@@ -350,14 +355,15 @@ def with_advantages(
     """Episodes with ``meta["advantages"] = {"act": mean, "rehearse": mean}`` for the studio."""
     means = role_advantages(rows, advantages)
     return [
-        dataclasses.replace(e, meta={**e.meta, "advantages": means.get(e.id, {})}) for e in episodes
+        dataclasses.replace(e, meta={**e.meta, MetaKey.ADVANTAGES: means.get(e.id, {})})
+        for e in episodes
     ]
 
 
 def timing(episodes: Sequence[Episode], started: float, rolled: float) -> dict[str, float]:
     """Step time split and sampled tokens per second of the rollout."""
     now = time.perf_counter()
-    sampled = sum(int(e.meta.get("sampled_tokens", 0)) for e in episodes)
+    sampled = sum(int(e.meta.get(MetaKey.SAMPLED_TOKENS, 0)) for e in episodes)
     return {
         "perf/step_s": now - started,
         "perf/rollout_s": rolled - started,

@@ -149,13 +149,23 @@ def build(ctx: Studio, user: gr.State, tab: gr.Tab) -> None:
             elem_id="bud-model",
         )
         suite = gr.Dropdown(list(forms.SUITES), value="toy", label="suite")
-        tasks = gr.Number(8, label="tasks", precision=0, elem_id="bud-tasks")
+        tasks = gr.Number(forms.default("tasks"), label="tasks", precision=0, elem_id="bud-tasks")
         budgets = gr.Textbox("0,1,2,4", label="budgets N", elem_id="bud-budgets")
         modes = gr.CheckboxGroup(
             list(forms.MODES), value=list(forms.MODES), label="modes", elem_id="bud-modes"
         )
-        max_turns = gr.Number(4, label="max replies per turn", precision=0, elem_id="bud-turns")
-        max_new = gr.Number(128, label="max new tokens", precision=0, elem_id="bud-tokens")
+        max_turns = gr.Number(
+            forms.default("max_turns"),
+            label="max replies per turn",
+            precision=0,
+            elem_id="bud-turns",
+        )
+        max_new = gr.Number(
+            forms.default("max_new_tokens"),
+            label="max new tokens",
+            precision=0,
+            elem_id="bud-tokens",
+        )
         go = gr.Button("Run sweep", variant="primary", elem_id="bud-run")
     message = gr.Markdown(elem_id="bud-message")
     with gr.Row():

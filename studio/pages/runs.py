@@ -189,18 +189,34 @@ def build(ctx: Studio, user: gr.State) -> None:
                 )
                 suite = gr.Dropdown(list(forms.SUITES), value="toy", label="task suite")
             with gr.Row():
-                steps = gr.Number(2, label="training steps", precision=0, elem_id="launch-steps")
-                episodes = gr.Number(
-                    8, label="episodes / repeats", precision=0, elem_id="launch-episodes"
+                steps = gr.Number(
+                    forms.default("steps"),
+                    label="training steps",
+                    precision=0,
+                    elem_id="launch-steps",
                 )
-                group = gr.Number(4, label="group size", precision=0)
-                tasks = gr.Number(8, label="tasks", precision=0, elem_id="launch-tasks")
+                episodes = gr.Number(
+                    forms.default("episodes"),
+                    label="episodes / repeats",
+                    precision=0,
+                    elem_id="launch-episodes",
+                )
+                group = gr.Number(forms.default("group"), label="group size", precision=0)
+                tasks = gr.Number(
+                    forms.default("tasks"), label="tasks", precision=0, elem_id="launch-tasks"
+                )
             with gr.Row():
                 max_turns = gr.Number(
-                    4, label="max agent replies per turn", precision=0, elem_id="launch-turns"
+                    forms.default("max_turns"),
+                    label="max agent replies per turn",
+                    precision=0,
+                    elem_id="launch-turns",
                 )
                 max_new = gr.Number(
-                    128, label="max new tokens per reply", precision=0, elem_id="launch-tokens"
+                    forms.default("max_new_tokens"),
+                    label="max new tokens per reply",
+                    precision=0,
+                    elem_id="launch-tokens",
                 )
             with gr.Row():
                 budgets = gr.Textbox("0,1,2", label="budgets (sweep)")

@@ -3,12 +3,10 @@
 Why. A CPU forward allocates and frees many tensors of a few MB each (prefill activations, K/V
 blocks, the naive baseline's growing caches). glibc serves blocks above its mmap threshold with
 fresh ``mmap`` pages and hands a freed heap top back to the kernel above its trim threshold, so
-the next forward page-faults the same memory in again and the kernel zeroes it again. On the
-2-core VMs one rollout of ``bench/rollout_throughput.py`` faulted in 1.2 to 1.7 million pages
-(5 to 7 GB) and spent up to 12 s of system time on it (``getrusage``); with the thresholds
-raised, a repeat of the same rollout (the first one's sampler dropped) faulted in 33 thousand
-pages and spent 0.3 s (one-off ``getrusage`` readings around the bench's engine run, not a
-repo script; ``tests/test_sampler_heap.py`` checks the effect on plain malloc/free).
+the next forward page-faults the same memory in again and the kernel zeroes it again: a
+rollout of ``bench/rollout_throughput.py`` can spend seconds of system time on page faults.
+With the thresholds raised, freed blocks stay in the heap and the faults mostly disappear
+(``tests/test_sampler_heap.py`` checks the effect on plain malloc/free).
 
 Cost: the process keeps its peak heap instead of returning it, as PyTorch's CUDA caching
 allocator does on a GPU. ``HFSampler`` calls ``keep_freed_memory`` when its model is on a CPU;

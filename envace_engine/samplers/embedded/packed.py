@@ -2,11 +2,9 @@
 
 Why. ``nn.Linear`` on a CPU calls MKL's sgemm, which re-packs the whole weight matrix on every
 call. At a sampler's batch sizes (1 to 32 rows in decode, a few hundred in prefill) that packing
-is most of the cost: measured on the 2-core AMD EPYC machines, a SmolLM2 MLP projection at 4
-rows took 173 us through ``F.linear`` and 57 us from a pre-packed oneDNN weight, and the
-49152-row LM head at 32 rows 30 ms against 12 ms (``bench/rollout_throughput.py`` measures the
-effect on a whole rollout). PyTorch's inductor uses the same two ops (``_reorder_linear_weight``,
-``_linear_pointwise``) when it freezes a CPU model.
+is most of the cost, and a pre-packed oneDNN weight avoids it (``bench/rollout_throughput.py``
+measures the effect on a whole rollout). PyTorch's inductor uses the same two ops
+(``_reorder_linear_weight``, ``_linear_pointwise``) when it freezes a CPU model.
 
 ``PackedLinears`` packs every ``nn.Linear`` weight once, repacks when a weight changed in place
 (the trainer's optimizer step: the tensors' version counters move), and ``active`` routes the
@@ -18,10 +16,8 @@ does nothing.
 Siblings. Linear layers of one module that read the same input (attention's q/k/v, the MLP's
 gate/up) are packed as one stacked weight: the first of them to see an input runs one GEMM for
 all, the others take their columns of that result. At decode batch sizes a GEMM call's fixed
-cost and its pass over the input are a large part of its time: on the 2-core Intel machines
-the 30 layers' linears at 16 rows took 42 ms as four calls per layer against 57 ms as seven
-(one-off timings on random weights, not a repo script; ``bench/rollout_throughput.py``
-measures the whole rollout).
+cost and its pass over the input are a large part of its time, so four calls per layer
+instead of seven save time (``bench/rollout_throughput.py`` measures the whole rollout).
 """
 
 from __future__ import annotations

@@ -28,10 +28,12 @@ import torch
 from transformers.cache_utils import Cache
 
 from envace_engine.samplers.base import Generation, SamplingParams
+from envace_engine.samplers.embedded import cascade
+from envace_engine.samplers.embedded.cascade import PromptSlab
 from envace_engine.samplers.embedded.heap import keep_freed_memory
 from envace_engine.samplers.embedded.kv import Continuation, PrefixCache, SlabLayer
 from envace_engine.samplers.embedded.packed import PackedLinears
-from envace_engine.samplers.embedded.session import DecodeSession
+from envace_engine.samplers.embedded.session import DecodeSession, KVShape
 from envace_engine.samplers.validation import check_request
 
 if TYPE_CHECKING:
@@ -41,7 +43,10 @@ MIN_SHARED_PREFIX = 8  # shorter common prefixes are not worth an extra forward 
 
 
 class HFSampler:
-    """Batched sampling from an in-process transformers causal LM (implements ``Sampler``).
+    """Batched sampling from an in-process transformers causal LM.
+
+    Implements ``SessionSampler``; for its sessions it is both the ``DecodeModel`` and the
+    ``PromptCache`` (``session``), the only members a ``DecodeSession`` uses.
 
     ``prefix_reuse`` shares prompt prefixes: within a call (a prefix common to several prompts
     is prefilled once) and, up to ``prefix_cache_tokens`` cached tokens, across calls. The
@@ -78,10 +83,15 @@ class HFSampler:
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else min(self.eos_ids, default=0)
         config = model.config.get_text_config(decoder=True)
-        self.n_layers = config.num_hidden_layers
         heads = config.num_attention_heads
-        self.kv_heads = getattr(config, "num_key_value_heads", None) or heads
-        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        like = next(model.parameters())
+        self.kv_shape = KVShape(
+            n_layers=config.num_hidden_layers,
+            kv_heads=getattr(config, "num_key_value_heads", None) or heads,
+            head_dim=getattr(config, "head_dim", None) or config.hidden_size // heads,
+            dtype=like.dtype,
+            device=like.device,
+        )
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
         """One generation per prompt, in order, decoded ``batch_size`` rows at a time."""
@@ -111,7 +121,7 @@ class HFSampler:
         was_training = self.model.training
         self.model.eval()  # the trainer may have left dropout on; sampling must not use it
         try:
-            yield DecodeSession(self, params, self.batch_size)
+            yield DecodeSession(self, self, params, self.batch_size)
         finally:
             self.model.train(was_training)
             self.cache.end_call()
@@ -178,12 +188,12 @@ class HFSampler:
         result is that buffer (no copy) and nothing needs zeroing: every column gets written.
         """
         entry, held = self.cache.lookup(tokens) if self.prefix_reuse else (None, 0)
-        like = next(self.model.parameters())
-        kv = like.new_empty(self.n_layers, 2, 1, self.kv_heads, len(tokens), self.head_dim)
+        s = self.kv_shape
+        kv = s.like().new_empty(s.n_layers, 2, 1, s.kv_heads, len(tokens), s.head_dim)
         if entry is not None and held:
             self.cache.use(entry, held)
             kv[:, :, 0, :, :held] = entry.kv[:, :, :, :held]
-        cache = Cache(layers=[SlabLayer(kv[i, 0], kv[i, 1], held) for i in range(self.n_layers)])
+        cache = Cache(layers=[SlabLayer(kv[i, 0], kv[i, 1], held) for i in range(s.n_layers)])
         device = self.model.device
         self.forward(
             input_ids=torch.tensor([tokens[held:]], device=device),
@@ -200,6 +210,15 @@ class HFSampler:
         """One forward of the model with the packed linear weights (``packed``)."""
         with self.packed.active():
             return self.model(**inputs)
+
+    def decode_forward(self, slabs: tuple[PromptSlab, ...], **inputs: Any) -> Any:
+        """A decode step's forward, attention reading the sessions' prompt slabs (``cascade``)."""
+        with cascade.active(self.model, slabs):
+            return self.forward(**inputs)
+
+    def count_prefilled(self, n: int) -> None:
+        """Count prompt tokens a session ran in its decode step (``prefilled``)."""
+        self.prefilled += n
 
     def cached_entry(self, tokens: list[int]) -> Any:
         """The prefix-cache entry holding all of ``tokens`` now, or None."""

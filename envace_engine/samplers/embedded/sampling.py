@@ -40,8 +40,8 @@ CDF_BLOCK = 256  # tokens per block of the two-level inverse CDF
 def sample_categorical(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     """One index per row of ``probs`` by inverse CDF: one uniform draw per row.
 
-    ``torch.multinomial`` costs ~30 ms for 32 rows of SmolLM2's 49152-token vocabulary on a CPU
-    (as does any method drawing one random number per token). Here the draw ``u`` (float64,
+    ``torch.multinomial`` over SmolLM2's 49152-token vocabulary is slow on a CPU (as is any
+    method drawing one random number per token). Here the draw ``u`` (float64,
     scaled by the row's total mass) is located in two levels: first the block of
     ``CDF_BLOCK`` tokens whose float64 cumulative block mass passes ``u``, then the token
     inside that block, so only block sums and one block per row are ever accumulated. Float64

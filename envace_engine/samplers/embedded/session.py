@@ -23,18 +23,14 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
 from envace_engine.samplers.base import Generation, SamplingParams
-from envace_engine.samplers.embedded import cascade
 from envace_engine.samplers.embedded.cascade import PromptSlab
 from envace_engine.samplers.embedded.kv import Continuation, slab_cache
 from envace_engine.samplers.embedded.sampling import pick_tokens
-
-if TYPE_CHECKING:
-    from envace_engine.samplers.embedded.sampler import HFSampler
 
 TRIM_AT = 64  # drop unused leading columns once there are this many
 FIRST_COLUMNS = 64  # the rows' own slab starts this wide (zeroed) and doubles when full
@@ -42,6 +38,72 @@ FIRST_COLUMNS = 64  # the rows' own slab starts this wide (zeroed) and doubles w
 # and at most MAX_REST of the prompt are left: a longer rest would widen every rest slot.
 MIN_SHARED = 64
 MAX_REST = 256
+
+
+@dataclass(frozen=True)
+class KVShape:
+    """The K/V geometry of a model: layers, K/V heads, head size, and where K/V tensors live."""
+
+    n_layers: int
+    kv_heads: int
+    head_dim: int
+    dtype: torch.dtype
+    device: torch.device
+
+    def like(self) -> torch.Tensor:
+        """An empty tensor of the K/V dtype and device (what slabs allocate ``like``)."""
+        return torch.empty(0, dtype=self.dtype, device=self.device)
+
+
+class DecodeModel(Protocol):
+    """The model side of a session: its K/V shape, stop ids, one decode forward, finishing."""
+
+    @property
+    def kv_shape(self) -> KVShape:
+        """Layers, heads and head size of the K/V the session allocates."""
+        ...
+
+    @property
+    def stop_ids(self) -> frozenset[int]:
+        """End-of-sequence ids every request stops at (besides its own)."""
+        ...
+
+    def decode_forward(self, slabs: tuple[PromptSlab, ...], **inputs: Any) -> Any:
+        """One forward of the model whose attention also reads the prompt ``slabs``."""
+        ...
+
+    def finish(self, ids: list[int], logprobs: list[float], reason: str) -> Generation:
+        """The finished ``Generation`` of a request (decodes its text)."""
+        ...
+
+
+class PromptCache(Protocol):
+    """Where a session gets prompt K/V and leaves finished sequences (the prefix cache)."""
+
+    @property
+    def keeps_sequences(self) -> bool:
+        """Whether finished sequences are kept (``remember``); else the session skips them."""
+        ...
+
+    def share_prefixes(self, prompts: list[list[int]]) -> None:
+        """Prefill once each prefix that neighbouring (sorted) prompts share."""
+        ...
+
+    def prefix_kv(self, tokens: list[int]) -> torch.Tensor | None:
+        """K/V of ``tokens``, ``[layers, 2, H, len, D]``: cached, or computed and kept."""
+        ...
+
+    def cached_entry(self, tokens: list[int]) -> Any:
+        """The cache entry holding all of ``tokens`` now, or None."""
+        ...
+
+    def remember(self, tokens: list[int], kv: torch.Tensor | Continuation) -> None:
+        """Keep a finished sequence's K/V for later prompts."""
+        ...
+
+    def count_prefilled(self, n: int) -> None:
+        """Count ``n`` prompt tokens run through the model outside ``prefix_kv``."""
+        ...
 
 
 @dataclass
@@ -59,25 +121,28 @@ class _Request:
 class DecodeSession:
     """Requests in, finished generations out, one decode step at a time (see module doc)."""
 
-    def __init__(self, sampler: HFSampler, params: SamplingParams, slots: int) -> None:
-        self.s = sampler
+    def __init__(
+        self, model: DecodeModel, prompts: PromptCache, params: SamplingParams, slots: int
+    ) -> None:
+        self.m, self.p = model, prompts
         self.params = params  # temperature, top-k, top-p and seed; caps and stops per request
+        shape = model.kv_shape
+        self.shape = shape
+        device = shape.device
         self.generator = None
         if params.seed is not None:
-            device = sampler.model.device
             self.generator = torch.Generator(device=device).manual_seed(params.seed)
         self.queue: deque[_Request] = deque()
         self.rows: list[_Request | None] = [None] * slots
         self.done: list[tuple[Hashable, Generation]] = []
-        s = sampler
-        like = next(s.model.parameters())
-        self.cache = slab_cache(s.n_layers, slots, s.kv_heads, s.head_dim, FIRST_COLUMNS, like)
+        like = shape.like()
+        n, h, d = shape.n_layers, shape.kv_heads, shape.head_dim
+        self.cache = slab_cache(n, slots, h, d, FIRST_COLUMNS, like)
         # Prompts in two levels: a held token sequence (a whole prompt, or the part a prompt
         # shares with one), then the rest of the prompt when it began like a held one.
-        self.prefixes = PromptSlab(s.n_layers, slots, s.kv_heads, s.head_dim, like)
-        self.rests = PromptSlab(s.n_layers, slots, s.kv_heads, s.head_dim, like)
+        self.prefixes = PromptSlab(n, slots, h, d, like)
+        self.rests = PromptSlab(n, slots, h, d, like)
         self.sources: dict[int, Any] = {}  # row -> the prefix-cache entry holding its prompt
-        device = s.model.device
         self.mask = torch.zeros((slots, 0), dtype=torch.bool, device=device)
         self.next_input = torch.zeros(slots, dtype=torch.long, device=device)
         self.next_pos = torch.zeros(slots, dtype=torch.long, device=device)
@@ -96,9 +161,9 @@ class DecodeSession:
             raise ValueError(f"request {key!r}: empty prompt (needs at least one token id)")
         if max_new_tokens < 0:
             raise ValueError(f"request {key!r}: max_new_tokens={max_new_tokens} is negative")
-        request = _Request(key, list(prompt), max_new_tokens, stop_ids | self.s.stop_ids)
+        request = _Request(key, list(prompt), max_new_tokens, stop_ids | self.m.stop_ids)
         if max_new_tokens == 0:
-            self.done.append((key, self.s.finish(request.ids, request.logprobs, "length")))
+            self.done.append((key, self.m.finish(request.ids, request.logprobs, "length")))
         else:
             self.queue.append(request)
 
@@ -116,14 +181,14 @@ class DecodeSession:
             layer.rows = k
         # Additive [k, 1, 1, columns] mask: transformers passes a 4D mask through untouched.
         mask = torch.where(self.mask[:k, None, None, :], 0.0, self._blocked)
-        with cascade.active(self.s.model, (self.prefixes, self.rests)):
-            out = self.s.forward(
-                input_ids=self.next_input[:k, None],
-                attention_mask=mask,
-                position_ids=self.next_pos[:k, None],
-                cache=self.cache,
-                use_cache=True,
-            )
+        out = self.m.decode_forward(
+            (self.prefixes, self.rests),
+            input_ids=self.next_input[:k, None],
+            attention_mask=mask,
+            position_ids=self.next_pos[:k, None],
+            cache=self.cache,
+            use_cache=True,
+        )
         logits = out.logits[:, -1, :].float()
         tokens, logprobs = pick_tokens(logits, self.params, self.generator)
         for j in busy:
@@ -183,13 +248,13 @@ class DecodeSession:
             reason = "length"
         else:
             return []
-        if self.s.keeps_sequences:
-            self.s.remember(row.prompt + row.ids[:-1], self._finished_kv(j, len(row.ids)))
+        if self.p.keeps_sequences:
+            self.p.remember(row.prompt + row.ids[:-1], self._finished_kv(j, len(row.ids)))
         self.prefixes.leave(j)
         self.rests.leave(j)
         self.sources.pop(j, None)
         self.rows[j] = None
-        return [(row.key, self.s.finish(row.ids, row.logprobs, reason))]
+        return [(row.key, self.m.finish(row.ids, row.logprobs, reason))]
 
     def _finished_kv(self, j: int, fed: int) -> torch.Tensor | Continuation:
         """What the prefix cache keeps of a finished row: its prompt's cache entry plus the
@@ -197,7 +262,7 @@ class DecodeSession:
         entry = self.sources.get(j)
         if entry is None:
             return self._row_kv(j, fed)
-        s = self.s
+        s = self.shape
         own = self.prefixes.like.new_empty(s.n_layers, 2, s.kv_heads, fed, s.head_dim)
         for i, layer in enumerate(self.cache.layers):
             keys, values = layer.row(j)
@@ -207,7 +272,7 @@ class DecodeSession:
     def _row_kv(self, j: int, fed: int) -> torch.Tensor:
         """Row ``j``'s whole sequence K/V, ``[layers, 2, H, len, D]``: its prompt (held prefix,
         then rest), then the ``fed`` columns it wrote (last prompt token, samples but the last)."""
-        s = self.s
+        s = self.shape
         n = len(self.rows[j].prompt) - 1  # type: ignore[union-attr]
         out = self.prefixes.like.new_empty(s.n_layers, 2, s.kv_heads, n + fed, s.head_dim)
         for i, layer in enumerate(self.cache.layers):
@@ -224,27 +289,27 @@ class DecodeSession:
     def _admit(self) -> None:
         """Move queued requests into free slots, each with its prompt (but the last token) in a
         ``PromptSlab`` slot: found there when another row has the same prompt, else from
-        ``HFSampler.prefix_kv`` (the prefix cache, or one prefill pass)."""
+        ``PromptCache.prefix_kv`` (the prefix cache, or one prefill pass)."""
         free = [j for j, r in enumerate(self.rows) if r is None]
         joining = [(free[i], self.queue.popleft()) for i in range(min(len(free), len(self.queue)))]
         if not joining:
             return
-        self.s.share_prefixes(sorted(r.prompt for _, r in joining))
+        self.p.share_prefixes(sorted(r.prompt for _, r in joining))
         for j, request in joining:
             tokens = tuple(request.prompt[:-1])
             if tokens:
                 self._place_prompt(j, tokens)
-            self.sources[j] = self.s.cached_entry(list(tokens)) if tokens else None
+            self.sources[j] = self.p.cached_entry(list(tokens)) if tokens else None
             self.mask[j] = False  # the row's own columns start with its next step
             self.next_input[j] = request.prompt[-1]
             self.next_pos[j] = len(tokens)
             self.rows[j] = request
-        self.s.prefilled += len(joining)  # each last prompt token runs in the decode step
+        self.p.count_prefilled(len(joining))  # each last prompt token runs in the decode step
 
     def _place_prompt(self, j: int, tokens: tuple[int, ...]) -> None:
         """Give row ``j`` its prompt K/V: all of a held sequence that begins with ``tokens``;
         else the part a held one shares plus the rest in ``rests``, when the rest is short;
-        else a new held sequence (from ``HFSampler.prefix_kv``: the prefix cache or a prefill)."""
+        else a new held sequence (from ``PromptCache.prefix_kv``: the cache or a prefill)."""
         n = len(tokens)
         slot, shared = self.prefixes.longest(tokens)
         if slot is not None and shared == n:  # a GRPO sibling's prompt, or one extending it
@@ -254,10 +319,10 @@ class DecodeSession:
             key = (shared, tokens)
             rest = self.rests.find(key)
             if rest is None:
-                kv = self.s.prefix_kv(list(tokens))
+                kv = self.p.prefix_kv(list(tokens))
                 rest = self.rests.place(key, tokens[shared:], kv[:, :, :, shared:])
             self.prefixes.join(j, slot, shared)
             self.rests.join(j, rest, n - shared)
             return
-        slot = self.prefixes.place(tokens, tokens, self.s.prefix_kv(list(tokens)))
+        slot = self.prefixes.place(tokens, tokens, self.p.prefix_kv(list(tokens)))
         self.prefixes.join(j, slot, n)

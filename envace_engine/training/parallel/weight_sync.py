@@ -10,16 +10,31 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from envace_engine.models import resolve
 from envace_engine.samplers import Sampler, make_sampler
+from envace_engine.samplers.base import WeightReceiver
 from envace_engine.training.parallel import distributed
 
 
-def sync_weights(parts: Any, run_dir: Path, step: int) -> None:
+@dataclass(frozen=True)
+class WeightSource:
+    """What a push reads: the sampler to update, the weights to send and the ranks.
+
+    ``model`` and ``tokenizer`` are the trained (full, unsharded) transformers objects;
+    ``save_pretrained`` of both makes the checkpoint the servers load.
+    """
+
+    sampler: Sampler
+    model: Any  # transformers PreTrainedModel
+    tokenizer: Any  # transformers PreTrainedTokenizerBase
+    dist: distributed.Dist
+
+
+def sync_weights(source: WeightSource, run_dir: Path, step: int) -> None:
     """Push the weights after ``step`` optimizer steps to an out-of-process sampler (SGLang).
 
     In-process samplers share the model object and need nothing. Rank 0 writes a full copy to
@@ -28,13 +43,13 @@ def sync_weights(parts: Any, run_dir: Path, step: int) -> None:
     on disk of what they serve (checkpoints are sparser and pruned). Rank 0 shares the outcome,
     so a failed push stops every rank with the same error instead of leaving some at a barrier.
     """
-    update: Callable[..., None] | None = getattr(parts.sampler, "update_weights_from_disk", None)
-    if update is None:
+    receiver = source.sampler
+    if not isinstance(receiver, WeightReceiver):
         return
     error = None
-    if parts.dist.is_main:
-        error = _push_weights(parts, update, Path(run_dir), step)
-    error = distributed.share(error, parts.dist)
+    if source.dist.is_main:
+        error = _push_weights(source, receiver, Path(run_dir), step)
+    error = distributed.share(error, source.dist)
     if error is not None:
         raise WeightSyncError(error)
 
@@ -69,17 +84,19 @@ def server_sampler(spec: str) -> Sampler:
     return sampler
 
 
-def _push_weights(parts: Any, update: Callable[..., None], run_dir: Path, step: int) -> str | None:
+def _push_weights(
+    source: WeightSource, receiver: WeightReceiver, run_dir: Path, step: int
+) -> str | None:
     """Write, push, then prune older copies (rank 0); the error message if anything failed."""
     from envace_engine.samplers.sglang import SamplerError
 
     root = run_dir / WEIGHTS
     try:
-        path = _write_weights(parts, root, step)
+        path = _write_weights(source, root, step)
     except OSError as exc:
         return f"step {step}: could not write the weights for SGLang under {root}: {exc!r}"
     try:
-        update(path, weight_version=str(step))
+        receiver.update_weights_from_disk(path, weight_version=str(step))
     except SamplerError as exc:
         return (
             f"step {step}: the SGLang servers did not load the new weights, so training "
@@ -91,7 +108,7 @@ def _push_weights(parts: Any, update: Callable[..., None], run_dir: Path, step: 
     return None
 
 
-def _write_weights(parts: Any, root: Path, step: int) -> Path:
+def _write_weights(source: WeightSource, root: Path, step: int) -> Path:
     """``root/step-N`` as a Hugging Face checkpoint, written to a temporary and renamed.
 
     The rename means a server is never pointed at, and a crash never leaves, half a copy
@@ -100,8 +117,8 @@ def _write_weights(parts: Any, root: Path, step: int) -> Path:
     final = root / f"step-{step:06d}"
     tmp = root / f".{final.name}.tmp{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    parts.model.save_pretrained(tmp, safe_serialization=True)
-    parts.tokenizer.save_pretrained(tmp)
+    source.model.save_pretrained(tmp, safe_serialization=True)
+    source.tokenizer.save_pretrained(tmp)
     if final.exists():  # the same step pushed again (a resumed run): replace it whole
         shutil.rmtree(final)
     tmp.rename(final)
