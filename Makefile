@@ -11,7 +11,7 @@ export TRANSFORMERS_OFFLINE := 1
 export GRADIO_ANALYTICS_ENABLED := False
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup studio test test-fast lint format bench demo clean-venv
+.PHONY: setup studio test test-fast lint typecheck format bench demo clean-venv
 
 setup: $(VENV)/.stamp-deps $(VENV)/.stamp-data
 
@@ -38,6 +38,7 @@ studio: setup
 test: setup /usr/bin/chromium
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 	$(PY) -m pytest -q -p no:cacheprovider
 
 test-fast: setup
@@ -45,6 +46,10 @@ test-fast: setup
 
 lint: setup
 	$(VENV)/bin/ruff check .
+
+# envace_engine, storage and studio ([tool.mypy] in pyproject.toml).
+typecheck: setup
+	$(VENV)/bin/mypy
 
 format: setup
 	$(VENV)/bin/ruff format .

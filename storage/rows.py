@@ -253,7 +253,7 @@ def stage_calls(run_id: str, step: int, episodes: Sequence[Episode], first: int 
         if any(answered):
             *parts, scoring_texts[kind] = zip(*map(_answer, answered), strict=True)
         else:  # no call got this kind of answer (simulated, outside simulator mode)
-            *parts, scoring_texts[kind] = [[None] * n] * 4
+            *parts, scoring_texts[kind] = [(None,) * n] * 4  # tuples, as zip gives above
         columns.update(zip((f"{kind}_{part}" for part in _RESULT_PARTS), parts, strict=True))
         if kind != "simulated":  # the schema has no simulated_status
             columns[f"{kind}_status"] = [
@@ -271,8 +271,10 @@ def finish_calls(staged: StagedCalls, similarity: Mapping[tuple[str, str], float
     per_call: list[tuple[Any, ...]] = [_UNSCORED] * len(columns["pair_source"])
     for i, tiers in zip(staged.scored, finish_pairs(staged.staged, similarity), strict=True):
         per_call[i] = tiers
-    tiers = list(zip(*per_call, strict=True)) if per_call else [[] for _ in _TIER_COLUMNS]
-    columns = {**columns, **dict(zip(_TIER_COLUMNS, tiers, strict=True))}
+    by_tier: list[Sequence[Any]] = (
+        list(zip(*per_call, strict=True)) if per_call else [[] for _ in _TIER_COLUMNS]
+    )
+    columns = {**columns, **dict(zip(_TIER_COLUMNS, by_tier, strict=True))}
     return pa.table({f.name: pa.array(columns[f.name], f.type) for f in CALLS}, schema=CALLS)
 
 

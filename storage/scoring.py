@@ -78,6 +78,7 @@ class SimilarityHelper:
             return here
         proc = self._proc
         assert proc is not None and proc.stdin is not None and proc.stdout is not None
+        stdout = proc.stdout
         try:
             if self._pending:  # the last step failed before reading its answer: drop it
                 receive(proc.stdout)
@@ -89,7 +90,7 @@ class SimilarityHelper:
 
         def answer() -> Sequence[float]:
             try:
-                values = receive(proc.stdout)
+                values = receive(stdout)
             except Exception:  # died, or garbage: this step is computed here
                 self._lost()
                 return here()

@@ -44,7 +44,7 @@ from storage.views import ViewSet
 
 log = logging.getLogger(__name__)
 TARGET_KINDS = ("call", "episode")
-STUDIO_TABLES = (SchemaInfo, RunRecord, Job, Annotation, BudgetChoice)
+STUDIO_TABLES: tuple[type[SQLModel], ...] = (SchemaInfo, RunRecord, Job, Annotation, BudgetChoice)
 
 
 class StoreLockedError(RuntimeError):
@@ -91,7 +91,9 @@ class Store(Queries):
                 "by envace-studio. Move it aside so a fresh database is created."
             )
         # Only our tables: SQLModel's metadata is process-global and others may add to it.
-        SQLModel.metadata.create_all(self.engine, tables=[t.__table__ for t in STUDIO_TABLES])
+        # (SQLAlchemy sets __table__ on each table=True class; sqlmodel's types do not declare it.)
+        ours = [t.__table__ for t in STUDIO_TABLES]  # type: ignore[attr-defined]
+        SQLModel.metadata.create_all(self.engine, tables=ours)
         with Session(self.engine) as session:
             info = session.get(SchemaInfo, "schema")
             if info is None:

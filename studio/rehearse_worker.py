@@ -100,6 +100,7 @@ class _Models:
         spec = resolve(name)
         if spec.kind != "hf":
             raise ValueError(f"live rehearsal runs an embedded model, not {spec.kind}: {name}")
+        assert spec.path is not None  # resolve gives every hf spec its checkpoint dir
         tok = AutoTokenizer.from_pretrained(spec.path)
         model = AutoModelForCausalLM.from_pretrained(spec.path).eval()
         sampler = HFSampler(model, tok, batch_size=1)
@@ -153,7 +154,7 @@ def answer_call(models: _Models, request: dict[str, Any]) -> dict[str, Any]:
     real = env.execute(call)
     reply["real"] = (
         real.value
-        if real.ok
+        if real.error is None  # real.ok
         else {"error": {"code": real.error.code, "message": real.error.message}}
     )
     reply["initial_state"] = task.initial_state

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import cast
 
 import typer
 
@@ -28,6 +29,7 @@ def smoke(
 ) -> None:
     """Generate a short greedy completion; print the text and tokens/s."""
     import torch
+    from transformers import BatchEncoding, GenerationMixin
 
     from envace_engine.models import ModelError, load_model, load_tokenizer, resolve
 
@@ -39,9 +41,12 @@ def smoke(
     except ModelError as err:
         raise typer.BadParameter(str(err), param_hint="MODEL") from err
     load_s = time.perf_counter() - t0
-    ids = tokenizer.apply_chat_template(
+    # transformers types the result as any of the forms it can take; return_dict=True gives this.
+    encoded = tokenizer.apply_chat_template(
         [{"role": "user", "content": prompt}], add_generation_prompt=True, return_dict=True
-    )["input_ids"]
+    )
+    ids = cast(BatchEncoding, encoded)["input_ids"]
+    assert isinstance(net, GenerationMixin)  # a causal LM; load_model returns its base class
     t0 = time.perf_counter()
     with torch.inference_mode():
         out = net.generate(

@@ -9,6 +9,9 @@ are the committed real episodes of that setting, one per task and repeat, ``rewa
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import cast
+
 import gradio as gr
 import pandas as pd
 
@@ -30,9 +33,8 @@ def launch_sweep(ctx: Studio, user: str | None, values: dict[str, object]) -> tu
     """Validate and start a sweep job from the page's form values; (message, picker update)."""
     try:
         ctx.policy.author(user, "run sweeps")
-        request = forms.parse(
-            {**values, "kind": "sweep", "modes": tuple(values.get("modes") or ())}
-        )
+        modes = cast(Iterable[object], values.get("modes") or ())  # a CheckboxGroup's list
+        request = forms.parse({**values, "kind": "sweep", "modes": tuple(modes)})
     except (AuthError, forms.FormError) as err:
         lines = "\n".join(f"- {line}" for line in str(err).splitlines())
         return f"**Cannot start the sweep:**\n\n{lines}", gr.update()

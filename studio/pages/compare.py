@@ -189,7 +189,9 @@ def build(ctx: Studio, tab: gr.Tab) -> None:
     tool_table = gr.Dataframe(interactive=False, label="by tool", max_height=200)
     filters = [run, tool, status, fmin, fmax, page]
     for control in filters:
-        control.change(lambda *v: pairs_table(ctx, *v), filters, table)
+        # gradio adds the event methods at runtime; its types do not declare them on the
+        # FormComponent base that mypy joins these components to.
+        control.change(lambda *v: pairs_table(ctx, *v), filters, table)  # type: ignore[attr-defined]
     run.change(lambda r: aggregates(ctx, r), [run], [tool_plot, conf_plot, step_plot, tool_table])
 
     def pick(evt: gr.SelectData, df: pd.DataFrame) -> tuple[str, str]:

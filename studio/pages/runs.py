@@ -4,6 +4,8 @@ curves of the selected run, cancel and resume. A timer polls the job files every
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
+from typing import cast
 
 import gradio as gr
 import pandas as pd
@@ -52,7 +54,8 @@ def launch(ctx: Studio, user: str | None, values: dict[str, object]) -> tuple[st
     """Validate the form (``FORM_FIELDS`` names) and start the job; (message, run id)."""
     try:
         ctx.policy.author(user, "launch jobs")
-        request = forms.parse({**values, "modes": tuple(values.get("modes") or ())})
+        modes = cast(Iterable[object], values.get("modes") or ())  # a CheckboxGroup's list
+        request = forms.parse({**values, "modes": tuple(modes)})
     except (AuthError, forms.FormError) as err:
         lines = "\n".join(f"- {line}" for line in str(err).splitlines())
         return f"**Cannot launch:**\n\n{lines}", None

@@ -152,7 +152,11 @@ class Notes:
         return {"deleted": title}
 
 
-WORLDS: dict[str, type] = {"warehouse": Warehouse, "bank": Bank, "notes": Notes}
+WORLDS: dict[str, type[Warehouse] | type[Bank] | type[Notes]] = {
+    "warehouse": Warehouse,
+    "bank": Bank,
+    "notes": Notes,
+}
 
 
 def describe_state(world: str, state: dict[str, Any]) -> str:

@@ -23,7 +23,7 @@ import contextlib
 import threading
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from transformers import AttentionInterface
@@ -339,8 +339,11 @@ def attend(
     # A decode step's query heads sharing a K/V head become query positions (GQA, no copy).
     q = query.reshape(rows, kv_heads, heads // kv_heads, dim)
     out, lse = attention_with_lse(q, key, value, attention_mask, scale)
+    # A plain int attribute of the attention module; torch types Module.__getattr__ as
+    # returning a Tensor or Module (parameters, buffers, submodules).
+    layer_idx = cast(int, module.layer_idx)
     for slab in slabs:
-        out, lse = slab.attend(module.layer_idx, q, out, lse, scale)
+        out, lse = slab.attend(layer_idx, q, out, lse, scale)
     return out.reshape(rows, heads, 1, dim).transpose(1, 2).contiguous(), None
 
 

@@ -41,6 +41,9 @@ class SlabLayer(DynamicLayer):
     its weight is exactly 0, and 0 times a finite value is 0.
     """
 
+    keys: torch.Tensor  # never None here: set from the slab in __init__ (``_refresh``)
+    values: torch.Tensor
+
     def __init__(self, keys: torch.Tensor, values: torch.Tensor, length: int) -> None:
         super().__init__()
         self._k, self._v = keys, values
@@ -136,11 +139,8 @@ def slab_cache(
 
     Zeroed, so that every column is finite from the start (see ``SlabLayer``).
     """
-    layers = []
-    for _ in range(n_layers):
-        k = like.new_zeros(batch, kv_heads, capacity, head_dim)
-        layers.append(SlabLayer(k, torch.zeros_like(k), 0))
-    return Cache(layers=layers)
+    slabs = [like.new_zeros(batch, kv_heads, capacity, head_dim) for _ in range(n_layers)]
+    return Cache(layers=[SlabLayer(k, torch.zeros_like(k), 0) for k in slabs])
 
 
 @dataclass(frozen=True)

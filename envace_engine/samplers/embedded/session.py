@@ -29,7 +29,7 @@ import torch
 
 from envace_engine.samplers.base import Generation, SamplingParams
 from envace_engine.samplers.embedded.cascade import PromptSlab
-from envace_engine.samplers.embedded.kv import Continuation, slab_cache
+from envace_engine.samplers.embedded.kv import Continuation, SlabLayer, slab_cache
 from envace_engine.samplers.embedded.sampling import pick_tokens
 
 TRIM_AT = 64  # drop unused leading columns once there are this many
@@ -138,6 +138,7 @@ class DecodeSession:
         like = shape.like()
         n, h, d = shape.n_layers, shape.kv_heads, shape.head_dim
         self.cache = slab_cache(n, slots, h, d, FIRST_COLUMNS, like)
+        self.slabs = [layer for layer in self.cache.layers if isinstance(layer, SlabLayer)]  # all
         # Prompts in two levels: a held token sequence (a whole prompt, or the part a prompt
         # shares with one), then the rest of the prompt when it began like a held one.
         self.prefixes = PromptSlab(n, slots, h, d, like)
@@ -177,7 +178,7 @@ class DecodeSession:
             return finished
         k = busy[-1] + 1
         self.mask = torch.cat([self.mask, self.mask.new_ones(len(self.rows), 1)], dim=1)
-        for layer in self.cache.layers:
+        for layer in self.slabs:
             layer.rows = k
         # Additive [k, 1, 1, columns] mask: transformers passes a 4D mask through untouched.
         mask = torch.where(self.mask[:k, None, None, :], 0.0, self._blocked)
@@ -214,7 +215,7 @@ class DecodeSession:
             self.rows[free], self.rows[last] = self.rows[last], None
             for values in (self.next_input, self.next_pos, self.mask):
                 values[free] = values[last]
-            for layer in self.cache.layers:
+            for layer in self.slabs:
                 layer.move_row(last, free)
             self.prefixes.move(last, free)
             self.rests.move(last, free)
@@ -233,7 +234,7 @@ class DecodeSession:
         if cut < TRIM_AT and busy:
             return
         self.mask = self.mask[:, cut:]
-        for layer in self.cache.layers:
+        for layer in self.slabs:
             layer.drop_left(cut)
 
     def _take(self, j: int, token: int, logprob: float) -> list[tuple[Hashable, Generation]]:
@@ -264,7 +265,7 @@ class DecodeSession:
             return self._row_kv(j, fed)
         s = self.shape
         own = self.prefixes.like.new_empty(s.n_layers, 2, s.kv_heads, fed, s.head_dim)
-        for i, layer in enumerate(self.cache.layers):
+        for i, layer in enumerate(self.slabs):
             keys, values = layer.row(j)
             own[i, 0], own[i, 1] = keys[:, -fed:], values[:, -fed:]
         return Continuation(entry, len(self.rows[j].prompt) - 1, own)  # type: ignore[union-attr]
@@ -275,7 +276,7 @@ class DecodeSession:
         s = self.shape
         n = len(self.rows[j].prompt) - 1  # type: ignore[union-attr]
         out = self.prefixes.like.new_empty(s.n_layers, 2, s.kv_heads, n + fed, s.head_dim)
-        for i, layer in enumerate(self.cache.layers):
+        for i, layer in enumerate(self.slabs):
             keys, values = layer.row(j)
             own = (keys[:, -fed:], values[:, -fed:])
             start = 0
@@ -319,10 +320,16 @@ class DecodeSession:
             key = (shared, tokens)
             rest = self.rests.find(key)
             if rest is None:
-                kv = self.p.prefix_kv(list(tokens))
+                kv = self._prompt_kv(tokens)
                 rest = self.rests.place(key, tokens[shared:], kv[:, :, :, shared:])
             self.prefixes.join(j, slot, shared)
             self.rests.join(j, rest, n - shared)
             return
-        slot = self.prefixes.place(tokens, tokens, self.p.prefix_kv(list(tokens)))
+        slot = self.prefixes.place(tokens, tokens, self._prompt_kv(tokens))
         self.prefixes.join(j, slot, n)
+
+    def _prompt_kv(self, tokens: tuple[int, ...]) -> torch.Tensor:
+        """``PromptCache.prefix_kv`` of a non-empty prompt (``_admit`` places only those)."""
+        kv = self.p.prefix_kv(list(tokens))
+        assert kv is not None  # None only for no tokens
+        return kv

@@ -40,18 +40,21 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from envace_engine.logprobs import completion_logprobs
 from envace_engine.training.parallel import distributed
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
 
 class LogprobModule(torch.nn.Module):
     """The FSDP root: ``forward`` computes ``completion_logprobs(lm, ...)``, inside FSDP's hooks."""
 
-    def __init__(self, lm: torch.nn.Module) -> None:
+    def __init__(self, lm: PreTrainedModel) -> None:
         super().__init__()
         self.lm = lm
 
@@ -69,17 +72,29 @@ class LogprobModule(torch.nn.Module):
 
 
 def score(
-    module: torch.nn.Module,
+    module: PreTrainedModel | LogprobModule,
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
     completion_mask: torch.Tensor,
     temperature: float = 1.0,
+    prefix_ids: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Completion log-probs of a plain HF model or of a sharded ``LogprobModule`` (trap a)."""
+    """Completion log-probs of a plain HF model or of a sharded ``LogprobModule`` (trap a).
+
+    ``prefix_ids`` (a shared prompt prefix, ``batching.collate(share_prefix=True)``) only for a
+    plain model: a sharded one runs each micro-batch as one forward through its FSDP root.
+    """
     if isinstance(module, LogprobModule):
+        if prefix_ids is not None and prefix_ids.numel():
+            raise ValueError("a sharded model takes whole rows: build batches without a prefix")
         return module(input_ids, attention_mask, completion_mask, temperature)
     return completion_logprobs(
-        module, input_ids, attention_mask, completion_mask, temperature=temperature
+        module,
+        input_ids,
+        attention_mask,
+        completion_mask,
+        temperature=temperature,
+        prefix_ids=prefix_ids,
     )
 
 
@@ -102,7 +117,7 @@ def _mesh(device_type: str, world_size: int) -> Any:
     return init_device_mesh(device_type, (world_size,))
 
 
-def shard(model: torch.nn.Module, d: distributed.Dist, *, frozen: bool = False) -> LogprobModule:
+def shard(model: PreTrainedModel, d: distributed.Dist, *, frozen: bool = False) -> LogprobModule:
     """Shard ``model`` in place over all ranks and return its ``LogprobModule`` root.
 
     Each decoder layer is one unit, the root holds the rest. ``frozen`` (the KL reference, never
@@ -122,8 +137,8 @@ def shard(model: torch.nn.Module, d: distributed.Dist, *, frozen: bool = False) 
 
 
 def prepare(
-    model: torch.nn.Module, ref: torch.nn.Module | None, d: distributed.Dist, full_device: Any
-) -> tuple[torch.nn.Module, LogprobModule, LogprobModule | None]:
+    model: PreTrainedModel, ref: PreTrainedModel | None, d: distributed.Dist, full_device: Any
+) -> tuple[PreTrainedModel, LogprobModule, LogprobModule | None]:
     """(full frozen copy on ``full_device``, sharded trained model, sharded reference or None).
 
     The trained model is a sharded deep copy of ``model`` (tied weights stay tied); ``model``
