@@ -30,6 +30,7 @@ class Role(StrEnum):
     REAL = "real"  # a tool message whose content came from the real environment
     TOOL = "tool"  # a tool message whose content came from a rehearsal or a simulator
     USER = "user"  # a later user turn replayed from the task
+    SIMULATED_USER = "simulated_user"  # a user turn written by a user simulator (never trained)
 
     @property
     def trained(self) -> bool:
@@ -56,6 +57,10 @@ class StopReason(StrEnum):
     TOKEN_LIMIT = "token_limit"  # max new tokens for the episode reached
     TRUNCATED = "truncated"  # a generation hit max_new_tokens mid-reply
     SAMPLER_ERROR = "sampler_error"  # the sampler failed or aborted the request
+    USER_STOP = "user_stop"  # the simulated user ended the conversation (a normal end, like DONE)
+    USER_ERROR = "user_error"  # the user simulator failed or broke the protocol
+    MAX_STEPS = "max_steps"  # the conversation reached its message cap (simulated user)
+    TOO_MANY_ERRORS = "too_many_errors"  # too many tool errors in one episode (simulated user)
 
 
 class MetaKey:
@@ -68,7 +73,8 @@ class MetaKey:
     (docs/rehearsal.md): ``SUCCESS``, ``BUDGET``, ``REHEARSAL_MODE``, ``REPEAT``, the token
     accounting ``ACT_TOKENS``/``REHEARSAL_TOKENS``/``MEMORY_TOKENS``, ``MEMORY``, ``MEMORIES``,
     ``IMAGINED_IDS`` on a committed episode; ``IMAGINED_FOR``, ``INDEX``, ``MEMORY_BEFORE`` on
-    an imagined one.
+    an imagined one. Scoring: ``SCORE_BASIS`` (the basis a suite with several scores by,
+    docs/tasks.md). Simulated users: ``USER_MESSAGES`` (the user's messages, in order).
     """
 
     SAMPLED_TOKENS = "sampled_tokens"
@@ -89,6 +95,19 @@ class MetaKey:
     IMAGINED_FOR = "imagined_for"
     INDEX = "index"
     MEMORY_BEFORE = "memory_before"
+    SCORE_BASIS = "score_basis"
+    USER_MESSAGES = "user_messages"
+
+
+class TaskKey:
+    """Keys of ``Task.meta`` that code outside the suite reads (plain strings: meta is JSON).
+
+    ``POLICY``: a domain policy the agent gets in its system message (τ²). ``USER_SYSTEM``: the
+    system prompt of a simulated user (τ²: guidelines plus the task's scenario).
+    """
+
+    POLICY = "policy"
+    USER_SYSTEM = "user_system"
 
 
 @dataclass(frozen=True)

@@ -57,17 +57,19 @@ def test_every_category_ground_truth_is_valid_and_executes_cleanly() -> None:
         assert len(tasks) == 200
         assert all(suite.score(t, _reference(t), []) == 1.0 for t in tasks), category
     refused = set()
-    for task in suite.tasks("test"):
-        env = suite.make_env(task)
+    strict = get_suite("bfcl", "strict")
+    for task in strict.tasks("test"):
+        env = strict.make_env(task)
         for turn, calls in enumerate(task.reference_calls):
             env.start_turn(turn)
             for c in calls:
                 result = env.execute(c)
                 if not result.ok:
                     refused.add((task.id, c.raw, result.error.code))
-    # Benchmark quirks, refused by the same rules an agent meets (the verdict is unaffected):
-    # entry 173 passes a string ticket id for an integer parameter; miss_func_49 calls ``tail``
-    # two turns before BFCL offers it.
+    # Benchmark quirks, refused by the strict basis's rules (the verdict is unaffected; the
+    # official basis runs them, as BFCL does: tests/test_bfcl_official.py): entry 173 passes
+    # a string ticket id for an integer parameter; miss_func_49 calls ``tail`` two turns
+    # before BFCL offers it.
     quirk = "close_ticket(ticket_id='ticket_001')"
     assert refused == {
         *{

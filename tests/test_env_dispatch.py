@@ -23,12 +23,14 @@ from envace_engine.environments.tool_environment import (
 )
 from envace_engine.types import Task, ToolCall
 
+STRICT = ("bfcl", "strict")  # the validated dispatcher (the official basis: test_bfcl_official)
+
 
 @pytest.fixture()
 def fs_env() -> ToolEnvironment:
     """multi_turn_base_0: GorillaFileSystem + TwitterAPI, with ``cp`` excluded."""
-    task = get_suite("bfcl").tasks("base")[0]
-    return get_suite("bfcl").make_env(task)
+    task = get_suite(*STRICT).tasks("base")[0]
+    return get_suite(*STRICT).make_env(task)
 
 
 def _deep_state(env: ToolEnvironment) -> dict:
@@ -123,7 +125,7 @@ def test_crafted_task_cannot_expose_a_private_method() -> None:
     task = get_suite("bfcl").tasks("base")[0]
     private = {"type": "function", "function": {"name": "_load_scenario", "parameters": {}}}
     with pytest.raises(ValueError, match="no owning backend instance"):
-        get_suite("bfcl").make_env(Task(**{**task.__dict__, "tools": (*task.tools, private)}))
+        get_suite(*STRICT).make_env(Task(**{**task.__dict__, "tools": (*task.tools, private)}))
 
 
 def test_bfcl_dialect_conversion() -> None:
@@ -180,7 +182,7 @@ def test_model_chosen_numbers_cannot_make_tool_code_run_forever() -> None:
     task = next(
         t for t in get_suite("bfcl").tasks("base") if "MathAPI" in t.meta["involved_classes"]
     )
-    env = get_suite("bfcl").make_env(task)
+    env = get_suite(*STRICT).make_env(task)
     huge = env.execute(ToolCall("power", {"base": 10, "exponent": 10**12}))
     assert huge.error.code == INVALID_PARAMETERS
     assert huge.error.message == (
@@ -206,9 +208,12 @@ def test_suites_and_environments_implement_the_protocols() -> None:
     for name in suite_names():
         suite = get_suite(name)
         assert isinstance(suite, Suite) and suite.name == name
-        task = suite.tasks("test" if name == "bfcl" else "validation")[0]
+        split = "test" if name == "bfcl" or name.startswith("tau2-") else "validation"
+        task = suite.tasks(split)[0]
         assert isinstance(suite.make_env(task), Environment)
-    with pytest.raises(ValueError, match="unknown suite 'nope'; valid suites: toy, bfcl, bfcl-gen"):
+    with pytest.raises(
+        ValueError, match="unknown suite 'nope'; valid suites: toy, bfcl, bfcl-gen, tau2"
+    ):
         get_suite("nope")
 
 

@@ -15,6 +15,14 @@ from typing import Annotated, Any
 
 import typer
 
+from envace_engine.cli.users import (
+    BasisOpt,
+    JudgeOpt,
+    StepsOpt,
+    UserOpt,
+    UserTempOpt,
+    UserTokensOpt,
+)
 from envace_engine.config import EVAL_BATCH_SIZE, EVAL_TEMPERATURE
 from envace_engine.config import ROLLOUT_DEFAULTS as _D
 from envace_engine.testtime.memory import MemoryConfig
@@ -24,7 +32,9 @@ _MEMORY_TOKENS = MemoryConfig().max_new_tokens
 ModelOpt = Annotated[
     list[str], typer.Option("--model", help="model name, checkpoint dir or sglang+http://HOST:PORT")
 ]
-SuiteOpt = Annotated[str, typer.Option("--suite", help="task suite: toy, bfcl-gen or bfcl")]
+SuiteOpt = Annotated[
+    str, typer.Option("--suite", help="task suite: toy, bfcl-gen, bfcl, tau2-airline, tau2-retail")
+]
 SplitOpt = Annotated[
     str | None,
     typer.Option("--split", help="split (default: validation; bfcl: base = multi_turn_base)"),
@@ -36,12 +46,34 @@ RunDirOpt = Annotated[Path | None, typer.Option("--run-dir", help="write into th
 TempOpt = Annotated[float, typer.Option("--temperature", min=0.0, help="sampling temperature")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="sampling seed")]
 TurnsOpt = Annotated[int, typer.Option("--max-turns", min=1, help="agent replies per user turn")]
-ActOpt = Annotated[int, typer.Option("--max-new-tokens-act", min=1, help="tokens per reply")]
+ActOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-new-tokens-act", min=1, help="tokens per reply (default: the checkpoint's)"
+    ),
+]
 WorldOpt = Annotated[
-    int, typer.Option("--max-new-tokens-rehearse", min=1, help="tokens per imagined tool result")
+    int | None,
+    typer.Option(
+        "--max-new-tokens-rehearse",
+        min=1,
+        help="tokens per imagined result (default: checkpoint's)",
+    ),
+]
+HistoryOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--rehearse-history/--no-rehearse-history",
+        help="conversation in rehearse prompts (default: the checkpoint's)",
+    ),
 ]
 MemoryOpt = Annotated[int, typer.Option("--memory-tokens", min=1, help="tokens per memory")]
-ExamplesOpt = Annotated[int, typer.Option("--examples", min=0, help="worked examples in prompts")]
+ExamplesOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--examples", min=0, help="worked examples in prompts (default: the checkpoint's)"
+    ),
+]
 ThresholdOpt = Annotated[
     float, typer.Option("--success-threshold", help="reward that counts as success (0, 1]")
 ]
@@ -51,12 +83,15 @@ def _fail(err: Exception, hint: str) -> typer.BadParameter:
     return typer.BadParameter(str(err), param_hint=hint)
 
 
-def _tasks(suite_name: str, split: str | None, n_tasks: int) -> tuple[Any, list[Any], list[Any]]:
+def _tasks(
+    suite_name: str, split: str | None, n_tasks: int, basis: str | None = None
+) -> tuple[Any, list[Any], list[Any]]:
     """The suite, its first ``n_tasks`` tasks of ``split`` and the worked-example pool."""
     from envace_engine.environments import get_suite
 
-    suite = get_suite(suite_name)
-    split = split or ("base" if suite_name == "bfcl" else "validation")
+    suite = get_suite(suite_name, basis)
+    held_out = "test" if suite_name.startswith("tau2-") else "validation"
+    split = split or ("base" if suite_name == "bfcl" else held_out)
     tasks = suite.tasks(split)[:n_tasks]
     # bfcl is held out (no train split): worked examples come from bfcl-gen, same backends.
     pool = get_suite("bfcl-gen").tasks("train") if suite_name == "bfcl" else suite.tasks("train")
@@ -72,7 +107,7 @@ def _checkpoints(models: Sequence[str], batch_size: int) -> Iterator[Any]:
     for name in models:
         spec = resolve(name)
         tokenizer = load_tokenizer(spec)
-        options = {"batch_size": batch_size} if spec.kind == "hf" else {}
+        options: dict[str, Any] = {"batch_size": batch_size} if spec.kind == "hf" else {}
         yield Checkpoint(name, make_sampler(spec, tokenizer=tokenizer, **options), tokenizer)
 
 
@@ -118,8 +153,37 @@ class _Job:
     record: dict[str, Any]
 
 
+def prompt_options(models: Sequence[str], opts: dict[str, Any]) -> dict[str, Any]:
+    """``opts`` with every unset prompt option taken from the checkpoints' record, else the
+    defaults: a checkpoint is evaluated with the prompts it was trained with. Checkpoints
+    recorded with different settings need the options given explicitly."""
+    from envace_engine.config import checkpoint_prompts
+
+    records = [r for r in (checkpoint_prompts(m) for m in models) if r]
+    if any(r != records[0] for r in records[1:]):
+        raise typer.BadParameter(
+            f"the checkpoints were trained with different prompt settings ({records}): pass "
+            "--examples, --max-new-tokens-act, --max-new-tokens-rehearse and "
+            "--rehearse-history explicitly",
+            param_hint="--model",
+        )
+    recorded = {**_D.model_dump(), **(records[0] if records else {})}
+    names = {
+        "examples": "n_examples",
+        "max_new_tokens_act": "max_new_tokens_act",
+        "max_new_tokens_rehearse": "max_new_tokens_rehearse",
+        "rehearse_history": "rehearse_history",
+    }
+    out = dict(opts)
+    for option, key in names.items():
+        if out.get(option) is None:
+            out[option] = recorded[key]
+    return out
+
+
 def _prepare(suite: str, split: str | None, n_tasks: int, opts: dict[str, Any]) -> _Job:
     """Validate options into configs; every bad value raises ``BadParameter`` naming it."""
+    from envace_engine.environments.base import ScoringBasis
     from envace_engine.rollout.loop import RolloutConfig
     from envace_engine.testtime.evaluate import EvalConfig
     from envace_engine.testtime.memory import MemoryConfig
@@ -139,11 +203,15 @@ def _prepare(suite: str, split: str | None, n_tasks: int, opts: dict[str, Any]) 
             max_new_tokens_act=opts["max_new_tokens_act"],
             max_new_tokens_rehearse=opts["max_new_tokens_rehearse"],
             n_examples=opts["examples"],
+            rehearse_history=opts["rehearse_history"],
+            max_steps=opts.get("max_steps", 200),
         )
-        suite_obj, tasks, pool = _tasks(suite, split, n_tasks)
+        suite_obj, tasks, pool = _tasks(suite, split, n_tasks, opts.get("basis"))
     except ValueError as err:
-        raise _fail(err, "--suite/--split/--budget/--rehearsal") from err
+        raise _fail(err, "--suite/--split/--basis/--budget/--rehearsal") from err
     record = {"split": split, "n_tasks": len(tasks), **opts}
+    if isinstance(suite_obj, ScoringBasis):  # the basis every score of the run used
+        record["basis"] = suite_obj.basis
     return _Job(suite_obj, tasks, pool, rollout, config, record)
 
 
@@ -220,25 +288,34 @@ def eval_command(
     temperature: TempOpt = EVAL_TEMPERATURE,
     seed: SeedOpt = 0,
     max_turns: TurnsOpt = _D.max_turns,
-    max_new_tokens_act: ActOpt = _D.max_new_tokens_act,
-    max_new_tokens_rehearse: WorldOpt = _D.max_new_tokens_rehearse,
+    max_new_tokens_act: ActOpt = None,
+    max_new_tokens_rehearse: WorldOpt = None,
+    rehearse_history: HistoryOpt = None,
     memory_tokens: MemoryOpt = _MEMORY_TOKENS,
-    examples: ExamplesOpt = _D.n_examples,
+    examples: ExamplesOpt = None,
     success_threshold: ThresholdOpt = 1.0,
     batch_size: BatchOpt = EVAL_BATCH_SIZE,
     root: RootOpt = None,
     run_dir: RunDirOpt = None,
+    basis: BasisOpt = None,
+    user: UserOpt = None,
+    judge_url: JudgeOpt = None,
+    max_steps: StepsOpt = 200,
+    user_max_new_tokens: UserTokensOpt = 128,
+    user_temperature: UserTempOpt = 0.0,
 ) -> None:
     """Evaluate a model in the real environment (optionally after private rehearsal)."""
     from envace_engine.cli.train import ProgressSink
+    from envace_engine.cli.users import judge_config, with_user
     from envace_engine.rollout.rewards import make_reward
     from envace_engine.testtime.evaluate import evaluate
 
     if len(model) != 1:
         raise typer.BadParameter("eval takes one --model (use `envace sweep` for several)")
-    opts = _recorded(locals())
+    opts = prompt_options(model, _recorded(locals()))
     job = _prepare(suite, split, n_tasks, opts)
     (checkpoint,) = _checkpoints(model, batch_size)
+    job = with_user(job, opts, model[0], checkpoint, batch_size)
     with open_writer(root, run_dir, "eval", model[0], suite, job.record) as writer:
         sink = ProgressSink(writer, f"eval {suite}")
         try:
@@ -250,7 +327,7 @@ def eval_command(
                 checkpoint.tokenizer,
                 job.rollout,
                 job.config,
-                make_reward("state", job.suite),
+                make_reward("state", job.suite, judge_config(judge_url)),
                 example_pool=job.pool,
                 run_id="ev",
                 progress=lambda done, total, msg: sink.progress(0, 1, msg),
@@ -277,10 +354,11 @@ def sweep_command(
     temperature: TempOpt = EVAL_TEMPERATURE,
     seed: SeedOpt = 0,
     max_turns: TurnsOpt = _D.max_turns,
-    max_new_tokens_act: ActOpt = _D.max_new_tokens_act,
-    max_new_tokens_rehearse: WorldOpt = _D.max_new_tokens_rehearse,
+    max_new_tokens_act: ActOpt = None,
+    max_new_tokens_rehearse: WorldOpt = None,
+    rehearse_history: HistoryOpt = None,
     memory_tokens: MemoryOpt = _MEMORY_TOKENS,
-    examples: ExamplesOpt = _D.n_examples,
+    examples: ExamplesOpt = None,
     success_threshold: ThresholdOpt = 1.0,
     batch_size: BatchOpt = EVAL_BATCH_SIZE,
     root: RootOpt = None,
@@ -291,7 +369,7 @@ def sweep_command(
     from envace_engine.rollout.rewards import make_reward
     from envace_engine.testtime.evaluate import run_sweep, sweep_settings
 
-    opts = _recorded(locals())
+    opts = prompt_options(model, _recorded(locals()))
     opts.pop("rehearsal")  # a list of modes here, not one mode
     try:
         numbers = [int(b) for b in budgets.split(",") if b.strip()]
@@ -334,6 +412,13 @@ _RECORDED = frozenset(
         "max_new_tokens_rehearse",
         "memory_tokens",
         "examples",
+        "rehearse_history",
         "success_threshold",
+        "basis",
+        "user",
+        "judge_url",
+        "max_steps",
+        "user_max_new_tokens",
+        "user_temperature",
     }
 )

@@ -1,4 +1,5 @@
-"""``envace tasks``: list the suites, generate task files, show one task readably."""
+"""``envace tasks``: list the suites, generate task files, show one task readably, and check
+that every task's reference solution scores 1 (a self-test of tools and evaluator)."""
 
 from __future__ import annotations
 
@@ -19,11 +20,59 @@ def list_suites() -> None:
 
     for name in suite_names():
         suite = get_suite(name)
-        splits = ("test", "base", "miss_func", "miss_param", "long_context")
+        splits: tuple[str, ...] = ("test", "base", "miss_func", "miss_param", "long_context")
         if name != "bfcl":
-            splits = ("train", "validation")
+            splits = ("train", "test") if name.startswith("tau2-") else ("train", "validation")
         counts = ", ".join(f"{split} {len(suite.tasks(split))}" for split in splits)
         typer.echo(f"{name:9s} {counts}")
+
+
+def _check_splits(name: str) -> tuple[str, ...]:
+    """The splits that hold every task of a suite once."""
+    if name == "bfcl":
+        return ("test",)
+    return ("base",) if name.startswith("tau2-") else ("train", "validation")
+
+
+@app.command("check")
+def check(
+    suite: Annotated[str, typer.Option(help="any suite of `envace tasks list`")],
+    split: Annotated[str | None, typer.Option(help="one split (default: every task)")] = None,
+    basis: Annotated[
+        str | None, typer.Option(help="bfcl official|strict, tau2 official|legacy")
+    ] = None,
+    agent: Annotated[
+        str, typer.Option(help="reference (the solutions) | nothing (do-nothing baseline)")
+    ] = "reference",
+) -> None:
+    """Replay each task's reference solution and report how many score 1 (no model needed).
+
+    Exits 1 when a scored reference solution falls short (never for ``--agent nothing``).
+    """
+    from envace_engine.environments import get_suite
+    from envace_engine.environments.check import check_suite
+
+    try:
+        chosen = get_suite(suite, basis)
+        splits = (split,) if split else _check_splits(suite)
+        tasks = [t for s in splits for t in chosen.tasks(s)]
+        report = check_suite(chosen, tasks, agent)
+    except ValueError as err:
+        _fail(str(err))
+    scored = report.tasks - report.unscored
+    typer.echo(
+        f"{report.suite} (basis {report.basis}, agent {agent}): {report.passed}/{report.tasks} "
+        f"score 1; {report.unscored} unscored (need a judge); {report.seconds:.1f} s"
+    )
+    if report.components:
+        parts = "  ".join(f"{k} {a}/{n}" for k, (a, n) in report.components.items())
+        typer.echo(f"components at 1: {parts}")
+    if report.failed:
+        typer.echo(
+            f"below 1: {', '.join(report.failed[:20])}{' ...' if len(report.failed) > 20 else ''}"
+        )
+    if agent == "reference" and report.passed < scored:
+        raise typer.Exit(1)
 
 
 @app.command("generate")

@@ -1,10 +1,13 @@
-"""Executable environments and task suites (``toy``, ``bfcl``, ``bfcl-gen``).
+"""Executable environments and task suites (``toy``, ``bfcl``, ``bfcl-gen``, ``tau2-*``).
 
-``get_suite(name)`` returns a ``Suite`` (environments/base.py): ``tasks(split)``, ``make_env``
-and ``score``. Splits: ``train`` / ``validation`` for the generated suites (``toy``,
+``get_suite(name, basis=None)`` returns a ``Suite`` (environments/base.py): ``tasks(split)``,
+``make_env`` and ``score``. Splits: ``train`` / ``validation`` for the generated suites (``toy``,
 ``bfcl-gen``); ``test`` (or one category: ``base``, ``miss_func``, ``miss_param``,
-``long_context``) for ``bfcl``. ``reference_match`` is the execution-free ``reference`` reward.
-Suites are created once per process and cache their tasks. Schema of task files: docs/tasks.md.
+``long_context``) for ``bfcl``; ``train`` / ``test`` / ``base`` for ``tau2-airline``,
+``tau2-retail`` and ``tau2-mock`` (tests). ``basis`` picks a scoring basis where a suite has
+several (``ScoringBasis``: bfcl ``official``|``strict``, τ² ``official``|``legacy``; None is the
+suite's default). ``reference_match`` is the execution-free ``reference`` reward. Suites are
+created once per (name, basis) and per process and cache their tasks. Task files: docs/tasks.md.
 """
 
 from __future__ import annotations
@@ -18,26 +21,51 @@ from envace_engine.environments.reference import reference_match
 __all__ = ["Environment", "Suite", "get_suite", "reference_match", "suite_names"]
 
 
-def _bfcl() -> Suite:
+def _bfcl(basis: str | None) -> Suite:
     from envace_engine.environments.bfcl.suite import BfclSuite
 
-    return BfclSuite()
+    return BfclSuite(basis or "official")
 
 
-def _bfcl_gen() -> Suite:
+def _bfcl_gen(basis: str | None) -> Suite:
     from envace_engine.environments.bfcl.gen import BfclGenSuite
 
+    _one_basis("bfcl-gen", basis)
     return BfclGenSuite()
 
 
-def _toy() -> Suite:
+def _toy(basis: str | None) -> Suite:
     from envace_engine.environments.toy.suite import ToySuite
 
+    _one_basis("toy", basis)
     return ToySuite()
 
 
-# bfcl-eval is imported only when a bfcl suite is asked for.
-_FACTORIES: dict[str, Callable[[], Suite]] = {"toy": _toy, "bfcl": _bfcl, "bfcl-gen": _bfcl_gen}
+def _tau2(domain: str) -> Callable[[str | None], Suite]:
+    def make(basis: str | None) -> Suite:
+        from envace_engine.environments.tau2.suite import Tau2Suite
+
+        return Tau2Suite(domain, basis or "official")
+
+    return make
+
+
+def _one_basis(name: str, basis: str | None) -> None:
+    if basis is not None:
+        raise ValueError(
+            f"suite {name!r} has one way to score; --basis applies to bfcl and the tau2 suites"
+        )
+
+
+# bfcl-eval is imported only when a bfcl suite is asked for; τ² data only for a τ² suite.
+_FACTORIES: dict[str, Callable[[str | None], Suite]] = {
+    "toy": _toy,
+    "bfcl": _bfcl,
+    "bfcl-gen": _bfcl_gen,
+    "tau2-airline": _tau2("airline"),
+    "tau2-retail": _tau2("retail"),
+    "tau2-mock": _tau2("mock"),
+}
 
 
 def suite_names() -> list[str]:
@@ -46,8 +74,8 @@ def suite_names() -> list[str]:
 
 
 @cache
-def get_suite(name: str) -> Suite:
-    """The suite called ``name`` (one shared instance per process)."""
+def get_suite(name: str, basis: str | None = None) -> Suite:
+    """The suite called ``name`` scoring by ``basis`` (one shared instance per process)."""
     if name not in _FACTORIES:
         raise ValueError(f"unknown suite {name!r}; valid suites: {', '.join(_FACTORIES)}")
-    return _FACTORIES[name]()
+    return _FACTORIES[name](basis)

@@ -7,9 +7,15 @@ Tool code runs for real; any exception it raises becomes a ``ToolResult`` error 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from envace_engine.types import Task, ToolCall, ToolResult
+from envace_engine.types import Episode, Task, ToolCall, ToolResult
+
+# An LLM judge of natural-language assertions: (conversation as "role: content" lines, the
+# assertions) -> whether each one is met, or None when the judge failed or answered off-format.
+NlJudge = Callable[[str, Sequence[str]], Sequence[bool] | None]
 
 
 @runtime_checkable
@@ -57,4 +63,48 @@ class Suite(Protocol):
         Replays the calls on a fresh backend and compares with the reference; partial credit
         is allowed where the suite defines it.
         """
+        ...
+
+
+@dataclass(frozen=True)
+class Score:
+    """A whole-episode score: the reward (None = unscorable), the basis it was computed under
+    and every component computed (τ²: ``DB``, ``COMMUNICATE``, ...; diagnostics included)."""
+
+    reward: float | None
+    basis: str
+    components: Mapping[str, float | None] = field(default_factory=dict)
+
+
+@runtime_checkable
+class ScoringBasis(Protocol):
+    """A suite with more than one way to score (``bases``; the first is the default).
+
+    ``basis`` is the one this instance uses (``get_suite(name, basis)``): BFCL ``official`` |
+    ``strict``, τ² ``official`` | ``legacy``. The rollout records it with every episode.
+    """
+
+    basis: str
+    bases: tuple[str, ...]
+
+
+@runtime_checkable
+class EpisodeScorer(Protocol):
+    """A suite that scores whole episodes: what ``Suite.score`` cannot see (how the episode
+    ended, every assistant message, the conversation for an NL judge) matters (τ²)."""
+
+    basis: str
+    bases: tuple[str, ...]
+
+    def score_episode(self, task: Task, episode: Episode, judge: NlJudge | None = None) -> Score:
+        """The episode's score under this suite's basis; NL assertions only through ``judge``."""
+        ...
+
+
+@runtime_checkable
+class TurnTools(Protocol):
+    """A suite whose tasks offer more tools from a later user turn on (BFCL ``miss_func``)."""
+
+    def tools_at(self, task: Task, turn: int) -> list[dict[str, Any]]:
+        """The tool schemas the agent may call in user turn ``turn`` (0 first)."""
         ...

@@ -27,17 +27,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envace_engine.config import ROLLOUT_DEFAULTS as _D
-from envace_engine.environments.base import Environment, Suite
+from envace_engine.environments.base import Environment, ScoringBasis, Suite
 from envace_engine.rollout.parsing import INVALID_CALL_CODES, parse_rehearsal, parse_tool_calls
 from envace_engine.rollout.prompts import (
     Message,
     RehearseContext,
-    act_messages,
     pick_examples,
     rehearse_messages,
     tool_message,
 )
 from envace_engine.rollout.tokens import ChatTokenizer, TokenSequence
+from envace_engine.rollout.turns import TurnMixin
+from envace_engine.rollout.user import UserSimulator
 from envace_engine.samplers.base import Generation, Sampler, SamplingParams, Session, SessionSampler
 from envace_engine.seeds import derive_seed
 from envace_engine.types import (
@@ -79,10 +80,15 @@ class RolloutConfig:
     simulator_tokenizer: Any = None  # its tokenizer when it differs from the policy's
     shadow_real: bool = True  # rehearsal/simulator mode: record real answers beside them
     check_drift: bool = True  # compare every next prompt with a full re-render
+    # A simulated user (rollout/turns.py) instead of replayed turns; never trained.
+    user: UserSimulator | None = None
+    max_steps: int = 200  # messages per simulated-user conversation (τ²'s max_steps)
+    max_tool_errors: int = 10  # error results per simulated-user conversation (τ²'s cap)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", Mode(self.mode))
-        for name in ("max_turns", "max_new_tokens_act", "max_new_tokens_rehearse"):
+        limits = ("max_turns", "max_new_tokens_act", "max_new_tokens_rehearse", "max_steps")
+        for name in (*limits, "max_tool_errors"):
             if getattr(self, name) < 1:
                 raise ValueError(f"RolloutConfig.{name}={getattr(self, name)}: set it to >= 1")
         if self.max_episode_tokens < 1 or self.context_limit < 1:
@@ -134,6 +140,12 @@ class _Live:
     noncanonical: int = 0  # sampled replies whose ids are not their text's canonical ids
     stop: StopReason | None = None
     detail: str = ""
+    # Simulated user (rollout/turns.py): its messages, whether it speaks next, and the tool
+    # messages of a turn that hit max_turns, appended together with its next message.
+    user_texts: list[str] = field(default_factory=list)
+    to_user: bool = False
+    deferred: list[Message] = field(default_factory=list)
+    deferred_role: Role | None = None
 
     def end(self, reason: StopReason, detail: str = "") -> None:
         """Stop the episode (only the first reason counts)."""
@@ -143,7 +155,12 @@ class _Live:
     @property
     def waiting_act(self) -> bool:
         """Running, with no pending tool call: the next generation is the agent's."""
-        return self.stop is None and not self.pending
+        return self.stop is None and not self.pending and not self.to_user
+
+    @property
+    def waiting_user(self) -> bool:
+        """Running, with the simulated user to speak next."""
+        return self.stop is None and self.to_user
 
     @property
     def waiting_world(self) -> bool:
@@ -151,8 +168,9 @@ class _Live:
         return self.stop is None and bool(self.pending)
 
 
-class _Runner:
-    """Drives a batch of ``_Live`` episodes through act and world micro-steps."""
+class _Runner(TurnMixin):
+    """Drives a batch of ``_Live`` episodes through act and world micro-steps (and, between
+    turns, replayed or simulated user messages: ``TurnMixin``)."""
 
     def __init__(
         self, sampler: Sampler, tokenizer: Any, config: RolloutConfig, suite: Suite
@@ -163,7 +181,10 @@ class _Runner:
         self.chat = ChatTokenizer(tokenizer)
         world_tok = config.simulator_tokenizer if config.mode is Mode.SIMULATOR else None
         self.world_chat = ChatTokenizer(world_tok) if world_tok is not None else self.chat
-        self.world_sampler = config.simulator if config.mode is Mode.SIMULATOR else sampler
+        self.world_sampler = sampler
+        if config.mode is Mode.SIMULATOR:
+            assert config.simulator is not None  # RolloutConfig.__post_init__ refuses None
+            self.world_sampler = config.simulator
         self.calls_made = 0
 
     def start(self, task: Task, ep_id: str, group_id: str, pool: Sequence[Task]) -> _Live:
@@ -172,7 +193,7 @@ class _Runner:
         examples = pick_examples(task, pool, cfg.n_examples)
         needs_env = cfg.mode is Mode.REAL or cfg.shadow_real
         env = self.suite.make_env(task) if needs_env else None
-        tools = task.tools or (tuple(env.tools()) if env is not None else ())
+        tools = self._first_tools(task, env)
         ctx = RehearseContext(
             tools=tuple(tools),
             task=task,
@@ -180,9 +201,10 @@ class _Runner:
             with_history=cfg.rehearse_history,
             examples=examples,
         )
-        messages = act_messages(task, tools, examples)
+        messages, prompt = self._opening(task, tools, examples)
         live = _Live(ep_id, group_id, task, env, ctx, TokenSequence(), messages, len(messages) - 1)
-        live.seq.append(Role.PROMPT, self.chat.prompt_ids(messages), messages[-1].content)
+        live.seq.append(Role.PROMPT, prompt, messages[-1].content)
+        live.to_user = cfg.user is not None  # a simulated user speaks first
         _start_turn(live.env, 0)
         self._check_act_limits(live)
         return live
@@ -194,7 +216,8 @@ class _Runner:
         that also plays the world gets each episode's next request as soon as its last one
         finished; otherwise (a separate simulator) episodes advance in micro-steps.
         """
-        if isinstance(self.sampler, SessionSampler) and self.world_sampler is self.sampler:
+        one_sampler = self.world_sampler is self.sampler and self.config.user is None
+        if isinstance(self.sampler, SessionSampler) and one_sampler:
             self._run_continuous(lives, progress, self.sampler)
         else:
             self._run_micro_steps(lives, progress)
@@ -218,7 +241,9 @@ class _Runner:
                 if progress is not None and now != ended:
                     progress(now, len(lives))
                     ended = now
-                for (i, kind), gen in session.step():
+                for key, gen in session.step():
+                    assert isinstance(key, tuple)  # (episode, "act" | "world"): see _submit
+                    i, kind = key
                     (self.on_act if kind == "act" else self.on_world)(lives[i], gen)
                     self._submit(session, i, lives[i])
         if progress is not None:
@@ -256,7 +281,10 @@ class _Runner:
                 gens = self._generate(self.world_sampler, prompts, cap, self.world_chat)
                 for live, gen in zip(world, gens, strict=True):
                     self.on_world(live, gen)
-            if not acting and not world:
+            users = [e for e in lives if e.waiting_user]  # a simulated user's turn
+            if users:
+                self._ask_users(users)
+            if not acting and not world and not users:
                 return
 
     def _generate(
@@ -301,11 +329,13 @@ class _Runner:
             live.end(StopReason.TRUNCATED, "reply cut by max_new_tokens_act without a tool call")
         else:
             live.answers.append(parsed.content)
-            if live.turn + 1 < len(live.task.user_turns):
+            if self.config.user is not None:
+                live.to_user = True  # the reply stays pending until the user's message
+            elif live.turn + 1 < len(live.task.user_turns):
                 live.turn += 1
                 live.replies = 0
                 _start_turn(live.env, live.turn)
-                self._extend(live, [Message("user", live.task.user_turns[live.turn])], Role.USER)
+                self._extend(live, [Message("user", self._turn_text(live))], Role.USER)
             else:
                 live.end(StopReason.DONE)
 
@@ -373,7 +403,8 @@ class _Runner:
         """Append the results of the whole reply as tool messages."""
         results = [tool_message(result) for _, result in live.answered]
         live.pending, live.answered = [], []
-        self._extend(live, results, role)
+        if not self._defer_to_user(live, results, role):
+            self._extend(live, results, role)
 
     def _extend(self, live: _Live, new: list[Message], role: Role) -> None:
         """Tokenise only the external suffix after the reply; check it against a re-render."""
@@ -388,6 +419,8 @@ class _Runner:
 
     def _check_act_limits(self, live: _Live) -> None:
         cfg = self.config
+        if self._conversation_over(live):
+            return
         if live.replies >= cfg.max_turns:
             live.end(StopReason.TURN_LIMIT, f"{live.replies} replies in user turn {live.turn}")
         elif live.sampled >= cfg.max_episode_tokens:
@@ -402,7 +435,7 @@ def _start_turn(env: Environment | None, turn: int) -> None:
         env.start_turn(turn)
 
 
-def _episode(live: _Live, mode: Mode) -> Episode:
+def _episode(live: _Live, mode: Mode, extra: dict[str, Any]) -> Episode:
     return Episode(
         id=live.id,
         task_id=live.task.id,
@@ -420,6 +453,8 @@ def _episode(live: _Live, mode: Mode) -> Episode:
             MetaKey.SAMPLED_TOKENS: live.sampled,
             MetaKey.USER_TURNS_REACHED: live.turn + 1,
             MetaKey.NONCANONICAL: live.noncanonical,
+            **({MetaKey.USER_MESSAGES: list(live.user_texts)} if live.user_texts else {}),
+            **extra,
         },
     )
 
@@ -456,7 +491,9 @@ def rollout(
         for k in range(group_size)
     ]
     runner.run(lives, progress)
-    return [_episode(live, config.mode) for live in lives]
+    # The basis the suite scores by goes with every episode (docs/tasks.md, "Scoring bases").
+    extra = {MetaKey.SCORE_BASIS: suite.basis} if isinstance(suite, ScoringBasis) else {}
+    return [_episode(live, config.mode, extra) for live in lives]
 
 
 def score_inputs(episode: Episode, n_turns: int) -> tuple[list[list[ToolCall]], list[str]]:

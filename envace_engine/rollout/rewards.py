@@ -1,7 +1,9 @@
 """Task-success rewards (docs/method.md §3), pluggable.
 
 * ``state`` — replay the agent's committed calls on a fresh real backend and compare the final
-  state and answers with the reference (``Suite.score``). Deterministic; the default.
+  state and answers with the reference (``Suite.score``). Deterministic; the default. A suite
+  that scores whole episodes (``EpisodeScorer``: τ²) gets the episode, and the judge endpoint,
+  when one is configured, for its NL assertions.
 * ``reference`` — compare the agent's calls with the reference calls; no execution.
 * ``judge`` — an LLM judge over an OpenAI-compatible endpoint (SGLang serves one) with a checklist
   rubric; the score is the fraction of checklist items the judge marks as met.
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 import httpx
 
 from envace_engine.environments import reference_match
-from envace_engine.environments.base import Suite
+from envace_engine.environments.base import EpisodeScorer, NlJudge, Suite
 from envace_engine.types import Episode, Task, ToolCall
 
 RewardFn = Callable[[Task, Episode], float | None]
@@ -39,10 +41,13 @@ def committed_calls(episode: Episode, n_turns: int) -> list[list[ToolCall]]:
     return per_turn
 
 
-def state_reward(suite: Suite) -> RewardFn:
-    """Replay the committed calls on a fresh real backend and score the final state."""
+def state_reward(suite: Suite, judge: NlJudge | None = None) -> RewardFn:
+    """Replay the committed calls on a fresh real backend and score the final state
+    (``EpisodeScorer`` suites: their whole-episode score; None = unscorable)."""
 
     def score(task: Task, episode: Episode) -> float | None:
+        if isinstance(suite, EpisodeScorer):
+            return suite.score_episode(task, episode, judge).reward
         calls = committed_calls(episode, len(task.user_turns))
         return float(suite.score(task, calls, list(episode.final_answers)))
 
@@ -142,10 +147,25 @@ def judge_reward(config: JudgeConfig, client: httpx.Client | None = None) -> Rew
     return score
 
 
+def nl_judge(config: JudgeConfig) -> NlJudge:
+    """τ²'s NL-assertion judge on the judge endpoint (``rollout.endpoints.NlJudge``)."""
+    from envace_engine.rollout.endpoints import Endpoint
+    from envace_engine.rollout.endpoints import NlJudge as EndpointJudge
+
+    endpoint = Endpoint(
+        config.url.rstrip("/"),
+        config.model,
+        max_tokens=config.max_tokens,
+        timeout_s=config.timeout_s,
+        max_retries=config.max_retries,
+    )
+    return EndpointJudge(endpoint)
+
+
 def make_reward(kind: str, suite: Suite, judge: JudgeConfig | None = None) -> RewardFn:
     """Build a reward function by name (``state`` | ``reference`` | ``judge``)."""
     if kind == "state":
-        return state_reward(suite)
+        return state_reward(suite, nl_judge(judge) if judge is not None else None)
     if kind == "reference":
         return reference_reward()
     if kind == "judge":

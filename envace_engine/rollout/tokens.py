@@ -118,6 +118,39 @@ class ChatTokenizer:
             raise ValueError("the chat template is not prefix-stable: cannot extend prompts")
         return closing + after[len(before) :]
 
+    def pieces(
+        self,
+        history: Sequence[Message],
+        reply: Message | None,
+        stopped: bool,
+        groups: Sequence[Sequence[Message]],
+    ) -> list[str]:
+        """External text of several message groups appended at once, one string per group
+        (each its own segment; only the last ends with the generation prompt).
+
+        After a sampled ``reply`` the first piece starts as ``suffix`` does; without one,
+        ``history`` was rendered without a generation prompt (the prompt of a conversation a
+        simulated user opens) and the first piece starts right after it. Every cut falls after
+        a message's closing text, i.e. next to a special token, so the pieces tokenise alone
+        exactly as inside the full render.
+        """
+        base = [*history, reply] if reply is not None else list(history)
+        before = render(self.tokenizer, base, add_generation_prompt=False)
+        lead = ""
+        if reply is not None:
+            lead = self.closing_text(history)
+            if stopped and lead.startswith(self.eos_text):
+                lead = lead[len(self.eos_text) :]
+        out, messages = [], list(base)
+        for i, group in enumerate(groups):
+            messages += group
+            after = render(self.tokenizer, messages, add_generation_prompt=i == len(groups) - 1)
+            if not after.startswith(before):
+                raise ValueError("the chat template is not prefix-stable: cannot extend prompts")
+            out.append(lead + after[len(before) :])
+            lead, before = "", after
+        return out
+
     def canonical(self, ids: Sequence[int]) -> list[int]:
         """The tokenizer's own ids for the text that ``ids`` decode to."""
         return self.encode(self.decode(ids))

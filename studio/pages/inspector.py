@@ -42,7 +42,7 @@ def _present(value: Any) -> bool:
 
 def _pretty(text: str | None) -> str:
     """Indented JSON when ``text`` is JSON, else the text itself."""
-    if not _present(text):
+    if text is None or not _present(text):
         return ""
     try:
         return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
@@ -134,6 +134,10 @@ def chat_messages(view: Any) -> list[dict[str, Any]]:
             )
         elif role == "user":
             messages.append({"role": "user", "content": text})
+        elif role == "simulated_user":  # written by a user simulator (tau2), not the task
+            messages.append(
+                {"role": "user", "content": text, "metadata": {"title": "simulated user"}}
+            )
         elif role == "act":
             messages.append({"role": "assistant", "content": text})
             act_index += 1
@@ -154,7 +158,7 @@ def chat_messages(view: Any) -> list[dict[str, Any]]:
 def token_view(view: Any) -> list[tuple[str, str | None]]:
     """(text, colour label) chunks: the agent context, then each rehearsal sequence."""
     label = {"act": "act (trained)", "rehearse": "rehearse (trained)"}
-    chunks = [
+    chunks: list[tuple[str, str | None]] = [
         (seg["text"], label.get(seg["role"], "not trained"))
         for seg in view.segments.to_dict("records")
     ]
@@ -302,7 +306,9 @@ def build(ctx: Studio, tab: gr.Tab) -> None:
         )
     filters = [run, step, task, stop, page]
     for control in filters:
-        control.change(lambda *v: episode_list(ctx, *v), filters, [table, pager])
+        # gradio adds the event methods at runtime; its types do not declare them on the
+        # FormComponent base that mypy joins these components to.
+        control.change(lambda *v: episode_list(ctx, *v), filters, [table, pager])  # type: ignore[attr-defined]
     outputs = [chat, head, tokens, link]
     show.click(lambda e: open_episode(ctx, e), [episode], outputs)
     episode.submit(lambda e: open_episode(ctx, e), [episode], outputs)

@@ -6,6 +6,12 @@ becomes a ``Task``: user turns (a ``miss_func`` turn that only adds tools gets B
 held-out functions, ``initial_config`` as initial state, the ground truth parsed into calls and
 their results from executing them for real on fresh backends. Scored by BFCL's multi-turn checker
 (0 or 1). Held out for evaluation: splits are ``test`` (all four categories) or one category.
+
+Two bases (``get_suite("bfcl", basis)``): ``official`` (the default for reported numbers) runs
+episodes and the checker's replays the way BFCL's executor does (``official``: no argument
+checks, any public method of the involved classes); ``strict`` uses the whitelisted, validated
+dispatcher (``tool_environment``). A held-out ``miss_func`` tool is *offered* only from its turn
+on under both (``tools_at``: the rollout shows its schema in that turn's user message).
 """
 
 from __future__ import annotations
@@ -23,10 +29,13 @@ from envace_engine.environments.bfcl.backends import (
     tools_for,
 )
 from envace_engine.environments.bfcl.checker import bfcl_check, parse_call_string
+from envace_engine.environments.bfcl.official import make_official_env
+from envace_engine.environments.schema import tool_name
 from envace_engine.environments.tool_environment import ToolEnvironment, jsonable
 from envace_engine.types import Task, ToolCall, ToolResult
 
 CATEGORIES = ("base", "miss_func", "miss_param", "long_context")
+BASES = ("official", "strict")
 SPLITS = ("test", *CATEGORIES)
 # BFCL's user message for a turn that only brings new functions (constants/default_prompts.py).
 ADDED_FUNCTIONS_PROMPT = "I have updated some more functions you can choose from. What about now?"
@@ -105,6 +114,13 @@ class BfclSuite:
     """The BFCL v4 multi-turn benchmark as a ``Suite`` (evaluation only)."""
 
     name = "bfcl"
+    bases = BASES
+
+    def __init__(self, basis: str = "official") -> None:
+        if basis not in BASES:
+            raise ValueError(f"unknown basis {basis!r}; valid bases: {', '.join(BASES)}")
+        self.basis = basis
+        self._make_env = make_official_env if basis == "official" else make_bfcl_env
 
     def tasks(self, split: str = "test") -> list[Task]:
         """``test`` = all four categories (800 tasks); or one of base, miss_func, ... (200)."""
@@ -114,11 +130,21 @@ class BfclSuite:
         return [t for c in categories for t in _category_tasks(c)]
 
     def make_env(self, task: Task) -> ToolEnvironment:
-        """Fresh backend instances at the entry's ``initial_config``."""
-        return make_bfcl_env(task)
+        """Fresh backend instances at the entry's ``initial_config`` (dispatch per basis)."""
+        return self._make_env(task)
+
+    def tools_at(self, task: Task, turn: int) -> list[dict[str, Any]]:
+        """The tools offered in user turn ``turn``: the task's, plus held-out tools whose turn
+        has come (in BFCL's class order)."""
+        missed = task.meta.get("missed_function", {})
+        due = {n for t, names in missed.items() if int(t) <= turn for n in names}
+        offered = {tool_name(t) for t in task.tools}
+        classes = task.meta.get("involved_classes", [])
+        extra = [t for t in tools_for(classes) if tool_name(t) in due - offered]
+        return [*task.tools, *extra]
 
     def score(
         self, task: Task, calls_per_turn: Sequence[Sequence[ToolCall]], answers: Sequence[str]
     ) -> float:
         """BFCL's multi-turn checker verdict: 1.0 if valid, else 0.0 (answers are not checked)."""
-        return 1.0 if bfcl_check(task, calls_per_turn, make_bfcl_env).valid else 0.0
+        return 1.0 if bfcl_check(task, calls_per_turn, self._make_env).valid else 0.0
