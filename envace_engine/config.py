@@ -14,15 +14,16 @@ Overrides use dotted keys, ``rollout.temperature=0.7``; values are parsed as TOM
 
 from __future__ import annotations
 
+import json
 import os
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-TrainMode = Literal["envace", "real-grpo", "act-only"]
+TrainMode = Literal["envace", "real-grpo", "act-only", "simulator"]
 RewardKind = Literal["state", "reference", "judge"]
 
 
@@ -30,11 +31,16 @@ class ConfigError(ValueError):
     """A config file or override is invalid; the message says which key and what to set."""
 
 
-class _Section(BaseModel):
+class Section(BaseModel):
+    """A frozen config section: unknown keys are errors (``build`` names them)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
+    # Whether ``build`` fills unset ``[rollout]`` prompt keys from the checkpoint named by
+    # ``model`` (``with_checkpoint_prompts``): configs that start from a trained policy.
+    INHERITS_PROMPTS: ClassVar[bool] = False
 
 
-class RolloutSettings(_Section):
+class RolloutSettings(Section):
     """How episodes are generated (maps onto ``rollout.RolloutConfig``)."""
 
     max_turns: int = Field(4, ge=1, description="agent replies per user turn")
@@ -62,7 +68,56 @@ EVAL_BATCH_SIZE = 16
 """Prompts per forward batch of an evaluation's embedded sampler."""
 
 
-class AdvantageSettings(_Section):
+# The prompt settings a checkpoint was trained with (docs/training.md, "Prompt settings"): the
+# rollout must render prompts exactly as training did, so ``envace eval``, ``sweep``, ``train``
+# and ``study`` take these from a checkpoint unless told otherwise.
+PROMPT_KEYS = (
+    "n_examples",
+    "grounded_rehearsal",
+    "rehearse_history",
+    "max_new_tokens_act",
+    "max_new_tokens_rehearse",
+)
+PROMPT_FILE = "envace_prompts.json"  # in a checkpoint directory, beside config.json
+
+
+def prompt_settings(settings: RolloutSettings) -> dict[str, Any]:
+    """The prompt keys of ``settings`` (what a checkpoint records)."""
+    return {k: getattr(settings, k) for k in PROMPT_KEYS}
+
+
+def write_prompt_settings(model_dir: str | Path, settings: RolloutSettings) -> None:
+    """Record in checkpoint ``model_dir`` the prompt settings it was trained with."""
+    body = json.dumps(prompt_settings(settings), indent=1, sort_keys=True)
+    (Path(model_dir) / PROMPT_FILE).write_text(body + "\n", encoding="utf-8")
+
+
+def checkpoint_prompts(model: str) -> dict[str, Any]:
+    """The prompt settings recorded in checkpoint dir ``model`` ({} for registry names, dirs
+    without a record, or servers). A malformed record is an error naming the file."""
+    file = Path(model).expanduser() / PROMPT_FILE
+    if model.startswith("sglang+") or not file.is_file():
+        return {}
+    try:
+        body = json.loads(file.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{file} is not valid JSON ({err}): re-save the checkpoint") from None
+    if not isinstance(body, dict):
+        raise ConfigError(f"{file} must hold a JSON object of prompt settings")
+    return {k: body[k] for k in PROMPT_KEYS if k in body}
+
+
+def with_checkpoint_prompts(data: Mapping[str, Any]) -> dict[str, Any]:
+    """``data`` with ``[rollout]`` prompt keys it does not set taken from its ``model``'s record."""
+    out = dict(data)
+    recorded = checkpoint_prompts(str(out.get("model", "")))
+    if recorded:
+        given = dict(out.get("rollout") or {})
+        out["rollout"] = {**recorded, **given}
+    return out
+
+
+class AdvantageSettings(Section):
     """Role-wise GRPO advantages (``advantages.compute_advantages``)."""
 
     pooling: Literal["rows", "trajectories"] = "rows"
@@ -70,7 +125,7 @@ class AdvantageSettings(_Section):
     role_wise: bool = True
 
 
-class LossSettings(_Section):
+class LossSettings(Section):
     """The clipped policy-gradient loss (``loss.policy_loss``)."""
 
     clip_eps_low: float = Field(0.2, ge=0, lt=1)
@@ -80,7 +135,7 @@ class LossSettings(_Section):
     aggregation: Literal["seq_mean_token_mean", "token_mean"] = "seq_mean_token_mean"
 
 
-class OptimSettings(_Section):
+class OptimSettings(Section):
     """AdamW with a constant learning rate and global-norm gradient clipping."""
 
     lr: float = Field(1e-6, gt=0)
@@ -90,7 +145,7 @@ class OptimSettings(_Section):
     grad_clip: float | None = Field(1.0, gt=0, description="max grad norm; None = no clipping")
 
 
-class DistributedSettings(_Section):
+class DistributedSettings(Section):
     """How ranks share the model under ``torchrun``/``accelerate launch`` (one process: no effect).
 
     ``ddp``: every rank holds the whole model and AdamW state; gradients are averaged by one
@@ -105,8 +160,26 @@ class DistributedSettings(_Section):
     )
 
 
-class TrainConfig(_Section):
-    """Everything ``envace train`` needs. ``run_id`` names the run under ``<root>/runs/``."""
+class ProbeSettings(Section):
+    """Held-out probes during training (``training.probe``): every ``every`` steps, and before
+    the first, real and rehearsal rollouts of ``n_tasks`` tasks of ``split`` that are never
+    trained on. ``every = 0`` turns them off."""
+
+    every: int = Field(0, ge=0, description="steps between probes; 0 = no probes")
+    split: str = Field("validation", description="held-out split the probe tasks come from")
+    n_tasks: int = Field(16, ge=1, description="probe tasks (the split's first, after task_filter)")
+    repeats: int = Field(1, ge=1, description="episodes per probe task and rollout mode")
+    temperature: float = Field(EVAL_TEMPERATURE, gt=0, description="sampling temperature")
+
+
+class TrainConfig(Section):
+    """Everything ``envace train`` needs. ``run_id`` names the run under ``<root>/runs/``.
+
+    ``[rollout]`` prompt keys it does not set come from ``model``'s checkpoint record
+    (``PROMPT_KEYS``), so training renders prompts as the checkpoint was trained with.
+    """
+
+    INHERITS_PROMPTS: ClassVar[bool] = True
 
     model: str = Field("smollm2-135m", description="registry name or checkpoint dir to train")
     sampler: str | None = Field(
@@ -128,6 +201,11 @@ class TrainConfig(_Section):
     seed: int = 0
     micro_batch_tokens: int = Field(4096, ge=1, description="padded tokens per micro-batch")
     bf16: bool = Field(False, description="bf16 autocast for the training forward pass")
+    share_prefix: bool = Field(
+        True,
+        description="run a micro-batch's common prompt prefix through the model once (same "
+        "loss and gradients; ignored under FSDP)",
+    )
     checkpoint_every: int = Field(10, ge=1, description="save a checkpoint every k steps")
     keep_checkpoints: int = Field(2, ge=1, description="newest checkpoints kept on disk")
     root: str | None = Field(
@@ -141,6 +219,7 @@ class TrainConfig(_Section):
     loss: LossSettings = LossSettings()
     optim: OptimSettings = OptimSettings()
     distributed: DistributedSettings = DistributedSettings()
+    probe: ProbeSettings = ProbeSettings()
 
     @model_validator(mode="after")
     def _cross_checks(self) -> TrainConfig:
@@ -178,20 +257,41 @@ def _check_sampler(spec: str) -> None:
         raise ValueError(f"sampler: {err}") from None
 
 
-class SFTConfig(_Section):
-    """Everything ``envace sft`` needs: reference trajectories of both roles -> TRL SFTTrainer."""
+class SFTConfig(Section):
+    """Everything ``envace sft`` needs: reference trajectories of both roles, supervised.
+
+    ``training.sft`` runs its own loop (length-bucketed batches, bf16 autocast, the LM head
+    only on completion tokens). After training it scores ``eval_tasks`` tasks of
+    ``eval_split`` teacher-forced (exact tool calls, exact rehearsals) and the checkpoint
+    records ``[rollout]``'s prompt settings (``PROMPT_KEYS``).
+    """
 
     model: str = "smollm2-135m"
     suite: str = "toy"
     split: str = "train"
     task_filter: dict[str, str] = Field(default_factory=dict)
     n_tasks: int = Field(200, ge=1, description="tasks whose reference trajectories are used")
-    roles: tuple[Literal["act", "rehearse"], ...] = ("act", "rehearse")
+    roles: tuple[Literal["act", "rehearse", "memory"], ...] = ("act", "rehearse")
+    memory_fraction: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="share of tasks whose act examples also appear with a rehearsal memory in "
+        "context (and, with role 'memory', whose memory is written from an imagined attempt)",
+    )
     max_steps: int = Field(100, ge=1)
     batch_size: int = Field(8, ge=1)
     lr: float = Field(1e-4, gt=0)
+    lr_schedule: Literal["constant", "cosine"] = "constant"
+    warmup_steps: int = Field(0, ge=0, description="linear warm-up steps before the schedule")
+    min_lr_ratio: float = Field(0.1, ge=0, le=1, description="cosine floor, as a share of lr")
+    grad_clip: float | None = Field(1.0, gt=0, description="max grad norm; None = no clipping")
     bf16: bool = Field(True, description="bf16 autocast (CPU autocast works with torch 2.13)")
     seed: int = 0
+    eval_split: str | None = Field(
+        "validation", description="held-out split scored teacher-forced at the end; None = skip"
+    )
+    eval_tasks: int = Field(64, ge=1, description="held-out tasks scored teacher-forced")
     out_dir: str | None = Field(None, description="checkpoint dir; None = <run dir>/model")
     root: str | None = None  # as TrainConfig.root
     run_id: str | None = None
@@ -236,6 +336,8 @@ def merge(data: Mapping[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
 def build(cls: type[C], data: Mapping[str, Any], overrides: Sequence[str] = ()) -> C:
     """Validate ``data`` plus overrides as ``cls``; errors become one readable ``ConfigError``."""
     merged = merge(data, overrides)
+    if issubclass(cls, Section) and cls.INHERITS_PROMPTS:
+        merged = with_checkpoint_prompts(merged)
     try:
         return cls.model_validate(merged)
     except ValidationError as err:

@@ -40,6 +40,7 @@ def completion_logprobs(
     completion_mask: torch.Tensor,
     temperature: float = 1.0,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
+    prefix_ids: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Log-probs ``[B, L]`` of ``input_ids`` at completion positions, differentiable.
 
@@ -47,13 +48,18 @@ def completion_logprobs(
     ``completion_mask[b, t]`` is set, and exactly 0 elsewhere. Position 0 has no context, so it
     can never be a completion position. Gradients flow to the backbone and the LM head (tied
     embeddings included) unless the caller runs it under ``torch.no_grad()``.
+
+    ``prefix_ids`` (``[P]``, optional): tokens every row starts with, *not* included in
+    ``input_ids`` (whose rows are then what follows them). The prefix runs through the model
+    once and its K/V serve every row (``shared_prefix_hidden``); values and gradients are those
+    of the full rows, at a fraction of the cost when rows share a long prompt.
     """
     _check_inputs(model, input_ids, attention_mask, completion_mask, temperature, chunk_size)
-    hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+    hidden = shared_prefix_hidden(model, input_ids, attention_mask, prefix_ids)
     targets_mask = completion_mask[:, 1:].bool()  # hidden state t predicts token t + 1
     head = model.get_output_embeddings()
     picked = ChunkedHeadLogProb.apply(
-        hidden.last_hidden_state[:, :-1][targets_mask],
+        hidden[:, :-1][targets_mask],
         head.weight,
         head.bias,
         input_ids[:, 1:][targets_mask],
@@ -63,6 +69,41 @@ def completion_logprobs(
     # masked_scatter keeps an all-masked batch connected to the graph (a differentiable zero).
     shifted = picked.new_zeros(targets_mask.shape).masked_scatter(targets_mask, picked)
     return torch.nn.functional.pad(shifted, (1, 0))
+
+
+def shared_prefix_hidden(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    prefix_ids: torch.Tensor | None,
+) -> torch.Tensor:
+    """Last hidden states ``[B, L, H]`` of ``input_ids``, each row preceded by ``prefix_ids``.
+
+    Without a prefix: one plain forward. With one: the prefix's forward fills a K/V cache, the
+    cache is expanded (a view, no copy) to the batch, and the rows run on top of it at positions
+    ``P ..``. Autograd sums the rows' gradients into the prefix's single forward — exactly what
+    the full rows would give (tests/test_logprobs.py compares both).
+    """
+    base = model.base_model
+    if prefix_ids is None or prefix_ids.numel() == 0:
+        out = base(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+        return out.last_hidden_state
+    rows, length = input_ids.shape
+    start = int(prefix_ids.shape[0])
+    cache = base(input_ids=prefix_ids[None], use_cache=True).cache
+    for layer in cache.layers:
+        layer.keys = layer.keys.expand(rows, -1, -1, -1)
+        layer.values = layer.values.expand(rows, -1, -1, -1)
+    mask = torch.cat([attention_mask.new_ones(rows, start), attention_mask], dim=1)
+    positions = torch.arange(start, start + length, device=input_ids.device)[None]
+    out = base(
+        input_ids=input_ids,
+        attention_mask=mask,
+        position_ids=positions.expand(rows, length),
+        cache=cache,
+        use_cache=True,
+    )
+    return out.last_hidden_state
 
 
 class ChunkedHeadLogProb(torch.autograd.Function):
@@ -118,18 +159,18 @@ class ChunkedHeadLogProb(torch.autograd.Function):
                 tile = _tile(h, w, bias, ctx.inv_t, ctx.acc)
                 tile.sub_(lse[s : s + ctx.chunk, None]).exp_().mul_(-g)  # -g * p
                 tile.scatter_add_(-1, targets[s : s + ctx.chunk, None], g)  # + g at the target
-                if needs_h:
+                if grad_h is not None:  # needs_h
                     grad_h[s : s + ctx.chunk] = tile.to(w.dtype) @ w
-                if needs_w and w.dtype == ctx.acc:
+                if grad_w is not None and w.dtype == ctx.acc:  # needs_w
                     grad_w.addmm_(tile.t(), h.to(ctx.acc))  # no [V, H] temporary per chunk
-                elif needs_w:
+                elif grad_w is not None:
                     grad_w += (tile.t().to(w.dtype) @ h.to(w.dtype)).to(ctx.acc)
-                if needs_b:
+                if grad_b is not None:  # needs_b
                     grad_b += tile.sum(0)
         return (
             grad_h,
-            grad_w.to(weight.dtype) if needs_w else None,
-            grad_b.to(bias.dtype) if needs_b else None,
+            grad_w.to(weight.dtype) if grad_w is not None else None,
+            grad_b.to(bias.dtype) if grad_b is not None else None,
             None,
             None,
             None,

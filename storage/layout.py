@@ -31,7 +31,7 @@ DB_FILE = "studio.duckdb"
 RUNS_DIR = "runs"
 MANIFEST = "run.json"
 PROGRESS = "progress.json"
-KINDS = ("train", "sft", "eval", "sweep", "rollout", "demo")
+KINDS = ("train", "sft", "eval", "sweep", "rollout", "demo", "study")
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
@@ -96,7 +96,7 @@ def shard_path(run: Path, table: str, step: int) -> Path:
     return run / table / shard_name(step)
 
 
-def stage(path: Path, write: Callable[[BinaryIO], None], durable: bool = True) -> Path:
+def stage(path: Path, write: Callable[[BinaryIO], object], durable: bool = True) -> Path:
     """Write through ``write(fileobj)`` to the temporary name of ``path``; return that name.
 
     The temporary (``.NAME.tmp-PID``) matches no reader's glob and ``remove_stale_temporaries``
@@ -116,7 +116,7 @@ def stage(path: Path, write: Callable[[BinaryIO], None], durable: bool = True) -
     return tmp
 
 
-def write_atomic(path: Path, write: Callable[[BinaryIO], None], durable: bool = True) -> None:
+def write_atomic(path: Path, write: Callable[[BinaryIO], object], durable: bool = True) -> None:
     """Write ``path`` through ``write(fileobj)`` to a temporary name, then rename it into place.
 
     ``durable`` fsyncs the data before the rename and the folder after it (shards and

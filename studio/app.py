@@ -3,8 +3,9 @@
 Heavy work (rollouts, training, live rehearsal) runs in subprocesses; this process only reads
 storage and files, so it never imports torch.
 
-Deep links: ``/?tab=inspector&episode=EPISODE_ID`` opens the trajectory inspector on an episode;
-``?tab=`` alone selects a page (ids in ``PAGES``).
+Deep links: ``/?tab=inspector&episode=EPISODE_ID`` opens the trajectory inspector on an episode,
+``/?tab=study&study=RUN_ID`` the study page on a study; ``?tab=`` alone selects a page (ids in
+``PAGES``). The study page comes first: a fresh studio opens on the bundled study's report.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ import gradio as gr
 
 from studio.auth import AuthError, AuthPolicy
 from studio.context import Studio
-from studio.pages import annotate, budget, compare, home, inspector, rehearse, runs
+from studio.pages import annotate, budget, compare, home, inspector, rehearse, runs, study
 
 TITLE = "EnvACE Studio"
 PAGES = {
+    "study": "Study",
     "home": "Home",
     "runs": "Runs & jobs",
     "inspector": "Trajectory inspector",
@@ -113,6 +115,8 @@ def build_app(root: str | None = None, policy: AuthPolicy | None = None) -> gr.B
         gr.Markdown(f"# {TITLE}\nWorld-rehearsal RL for LLM tool-use agents.", elem_id="title")
         _auth_bar(ctx, demo, user)
         with gr.Tabs(elem_id="pages"):
+            with gr.Tab(PAGES["study"], id="study", elem_id="study-page") as tab:
+                study.build(ctx, tab, demo)
             with gr.Tab(PAGES["home"], id="home"):
                 home.build(ctx)
             with gr.Tab(PAGES["runs"], id="runs", elem_id="runs-page"):

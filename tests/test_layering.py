@@ -11,6 +11,7 @@ Inside the engine, each layer may import only the layers below it:
       → rollout
       → fidelity
       → training, testtime            (side by side)
+      → study                         (the reproduction study: arms, evaluations, report)
       → cli
 """
 
@@ -34,7 +35,25 @@ ALLOWED: dict[str, set[str]] = {
     "fidelity": {FOUNDATION},
     "training": {FOUNDATION, "environments", "samplers", "rollout", "fidelity"},
     "testtime": {FOUNDATION, "environments", "samplers", "rollout", "fidelity"},
-    "cli": {FOUNDATION, "environments", "samplers", "rollout", "fidelity", "training", "testtime"},
+    "study": {
+        FOUNDATION,
+        "environments",
+        "samplers",
+        "rollout",
+        "fidelity",
+        "training",
+        "testtime",
+    },
+    "cli": {
+        FOUNDATION,
+        "environments",
+        "samplers",
+        "rollout",
+        "fidelity",
+        "training",
+        "testtime",
+        "study",
+    },
 }
 # The engine modules storage may read: plain data and the pure rehearsed-vs-real comparison.
 STORAGE_MAY_IMPORT = {

@@ -133,3 +133,43 @@ def test_clear_errors_for_bad_masks(tiny_model):
         completion_logprobs(tiny_model, ids, att, cmask[:, :-1])
     with pytest.raises(ValueError, match="temperature"):
         completion_logprobs(tiny_model, ids, att, cmask, temperature=0.0)
+
+
+def test_shared_prefix_gives_the_full_rows_values_and_gradients(tiny_model):
+    """Rows sharing a 40-token prompt prefix: ``collate(share_prefix=True)`` runs the prefix
+    once; every completion log-prob and every parameter gradient equals the full rows'."""
+    from envace_engine.training.batching import collate
+    from envace_engine.types import Role, TrainRow
+
+    g = torch.Generator().manual_seed(3)
+    vocab = tiny_model.config.vocab_size
+    head = torch.randint(0, vocab, (40,), generator=g).tolist()
+    rows = []
+    for own, done in ((3, 4), (6, 2), (1, 5)):  # own prompt tokens, completion tokens
+        tail = torch.randint(0, vocab, (own + done,), generator=g).tolist()
+        rows.append(
+            TrainRow(
+                "e", "g", Role.ACT, tuple(head + tail[:own]), tuple(tail[own:]), (0.0,) * done, 1.0
+            )
+        )
+    full = collate(rows, [1.0] * 3, pad_id=0)
+    shared = collate(rows, [1.0] * 3, pad_id=0, share_prefix=True)
+    assert full.prefix_ids.numel() == 0 and shared.prefix_ids.tolist() == head
+
+    def run(batch):
+        tiny_model.zero_grad(set_to_none=True)
+        lp = completion_logprobs(
+            tiny_model,
+            batch.input_ids,
+            batch.attention_mask,
+            batch.completion_mask,
+            prefix_ids=batch.prefix_ids,
+        )
+        picked = lp[batch.completion_mask.bool()]
+        (picked * torch.arange(1, picked.numel() + 1)).sum().backward()
+        return picked.detach(), {n: p.grad.clone() for n, p in tiny_model.named_parameters()}
+
+    (a, ga), (b, gb) = run(full), run(shared)
+    torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-5)
+    for name in ga:
+        torch.testing.assert_close(gb[name], ga[name], atol=1e-5, rtol=1e-4, msg=name)

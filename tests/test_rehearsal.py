@@ -17,14 +17,14 @@ import pytest
 
 from envace_engine.environments import get_suite
 from envace_engine.rollout.loop import RolloutConfig
-from envace_engine.samplers.base import Generation, SamplingParams
-from envace_engine.testtime.memory import (
+from envace_engine.rollout.memory_prompts import (
     MEMORY_HEADER,
-    MemoryConfig,
     memory_messages,
     transcript,
     with_memory,
 )
+from envace_engine.samplers.base import Generation, SamplingParams
+from envace_engine.testtime.memory import MemoryConfig
 from envace_engine.testtime.rehearsal import (
     RehearsalConfig,
     commit,

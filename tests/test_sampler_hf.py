@@ -19,7 +19,8 @@ GREEDY = SamplingParams(max_new_tokens=10, temperature=0.0)
 
 @pytest.fixture(scope="module")
 def sampler(tiny_model, tokenizer) -> HFSampler:
-    return HFSampler(tiny_model, tokenizer, batch_size=8)
+    # fp32 GEMMs: these tests pin the exact token-in/token-out guarantee (bf16: tests below)
+    return HFSampler(tiny_model, tokenizer, batch_size=8, dtype="float32")
 
 
 @pytest.fixture(scope="module")
@@ -217,7 +218,7 @@ def test_smollm2_batch_equals_alone_and_logprobs_teacher_forced(tokenizer):
     from envace_engine.models import load_model
 
     model = load_model(resolve("smollm2-135m"))
-    sampler = HFSampler(model, tokenizer)
+    sampler = HFSampler(model, tokenizer, dtype="float32")  # the exact fp32 guarantee
     chats = [[{"role": "user", "content": q}] for q in ["What is 2+2?", "Name a colour."]]
     prompts = [
         tokenizer.apply_chat_template(c, add_generation_prompt=True)["input_ids"] for c in chats
@@ -252,3 +253,32 @@ def test_two_level_inverse_cdf_picks_the_token_a_flat_float64_cdf_picks():
     cdf = probs.double().cumsum(dim=1)
     want = torch.searchsorted(cdf, draw * cdf[:, -1:], right=True).squeeze(1)
     assert torch.equal(got, want)
+
+
+def test_bf16_samples_the_fp32_distribution_within_tolerance(tiny_model, tokenizer, prompts):
+    """bf16 GEMMs (packed oneDNN; the LM head, norms and attention stay fp32): greedy tokens
+    equal fp32's and every log-prob is within 0.05 nats of a fp32 teacher-forced forward."""
+    bf16 = HFSampler(tiny_model, tokenizer, batch_size=8, dtype="bfloat16")
+    fp32 = HFSampler(tiny_model, tokenizer, batch_size=8, dtype="float32")
+    assert bf16.compute_dtype == "bfloat16" and fp32.compute_dtype == "float32"
+    ours, ref = bf16.generate(prompts, GREEDY), fp32.generate(prompts, GREEDY)
+    assert [g.token_ids for g in ours] == [g.token_ids for g in ref]
+    params = SamplingParams(max_new_tokens=12, temperature=0.7, seed=3)
+    for prompt, gen in zip(prompts, bf16.generate(prompts, params), strict=True):
+        expected = teacher_forced(tiny_model, prompt, gen.token_ids, 0.7)
+        assert max(abs(a - b) for a, b in zip(gen.logprobs, expected, strict=True)) < 0.05
+
+
+def test_auto_dtype_takes_bf16_only_with_a_native_unit(tiny_model, tokenizer, monkeypatch):
+    from envace_engine.samplers.embedded import sampler as module
+
+    monkeypatch.setattr(module, "cpu_bf16", lambda: None)  # e.g. a CPU without AVX512-BF16
+    assert HFSampler(tiny_model, tokenizer, dtype="auto").compute_dtype == "float32"
+    monkeypatch.setattr(module, "cpu_bf16", lambda: "amx_bf16")
+    assert HFSampler(tiny_model, tokenizer, dtype="auto").compute_dtype == "bfloat16"
+    off = HFSampler(tiny_model, tokenizer, dtype="auto", packed_weights=False)
+    assert off.compute_dtype == "float32"  # bf16 runs only on the packed path
+    with pytest.raises(ValueError, match="sampler dtype 'fp16'"):
+        HFSampler(tiny_model, tokenizer, dtype="fp16")
+    with pytest.raises(ValueError, match="needs the packed oneDNN path"):
+        HFSampler(tiny_model, tokenizer, dtype="bfloat16", packed_weights=False)

@@ -13,6 +13,7 @@ from envace_engine.cli import eval as _eval
 from envace_engine.cli import models as _models
 from envace_engine.cli import rollout as _rollout
 from envace_engine.cli import studio as _studio
+from envace_engine.cli import study as _study
 from envace_engine.cli import tasks as _tasks
 from envace_engine.cli import train as _train
 
@@ -25,6 +26,7 @@ app = typer.Typer(
 )
 app.add_typer(_models.app, name="models")
 app.add_typer(_tasks.app, name="tasks")
+app.add_typer(_study.app, name="study")
 app.command("studio")(_studio.studio)
 app.command("rollout")(_rollout.rollout_command)
 app.add_typer(_data.runs_app, name="runs")

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from envace_engine.rollout.parsing import parse_tool_calls, result_to_json
-from envace_engine.types import Task, ToolCall, ToolResult
+from envace_engine.types import Task, TaskKey, ToolCall, ToolResult
 
 ACT_INSTRUCTIONS = """\
 You can call tools. To call a tool, write one block per call, each holding a JSON object with \
@@ -71,7 +71,8 @@ class ChatSample:
 
     prompt: tuple[Message, ...]
     target: str
-    role: str  # "act" | "rehearse"
+    role: str  # "act" | "rehearse" | "memory"
+    group: str = ""  # examples of one group share their prompt's head (a role, a tool set)
 
 
 def to_chat(messages: Sequence[Message]) -> list[dict[str, str]]:
@@ -161,15 +162,22 @@ def trajectory_messages(task: Task) -> list[Message]:
     return messages
 
 
-def act_system(tools: Sequence[dict[str, Any]]) -> str:
-    """The agent's system message: tool instructions, then the schemas.
+def act_system(tools: Sequence[dict[str, Any]], policy: str = "") -> str:
+    """The agent's system message: tool instructions, a domain policy if any, then the schemas.
 
     Nothing task-specific goes here (the task's own system text opens its first user message),
     so every task of a world shares the system message and, with ``pick_examples``, the worked
     examples too: a batch's prompts then share a long token prefix that the sampler prefills
-    once and keeps (``samplers.embedded.kv.PrefixCache``).
+    once and keeps (``samplers.embedded.kv.PrefixCache``). A domain policy (τ²'s, in
+    ``Task.meta["policy"]``) is the same for every task of its suite, so it goes here too.
     """
-    return f"{ACT_INSTRUCTIONS}\n\nAvailable tools:\n{tools_text(tools)}"
+    rules = f"\n\nPolicy:\n{policy.strip()}" if policy.strip() else ""
+    return f"{ACT_INSTRUCTIONS}{rules}\n\nAvailable tools:\n{tools_text(tools)}"
+
+
+def policy_of(task: Task) -> str:
+    """The domain policy a task carries for the agent (``TaskKey.POLICY``), or ''."""
+    return str(task.meta.get(TaskKey.POLICY) or "")
 
 
 def first_user_text(task: Task) -> str:
@@ -184,10 +192,22 @@ def act_messages(
     """The act prompt's opening messages: system, the worked examples as earlier chat turns
     (a 135M model copies a format it has seen itself write), then the first user turn. The
     task's own conversation starts at the last message."""
-    messages = [Message("system", act_system(tools))]
+    messages = [Message("system", act_system(tools, policy_of(task)))]
     for example in examples:
         messages += trajectory_messages(example)
     return [*messages, Message("user", first_user_text(task))]
+
+
+def conversation_head(
+    task: Task, tools: Sequence[dict[str, Any]], greeting: str, examples: Sequence[Task] = ()
+) -> list[Message]:
+    """The agent's opening messages when a simulated user talks to it: as ``act_messages``,
+    then the task's own context text (memory, world state) as a user message if it has one,
+    then the agent's fixed greeting, which the user answers first (τ²'s protocol)."""
+    messages = act_messages(task, tools, examples)[:-1]
+    if task.system.strip():
+        messages.append(Message("user", task.system.strip()))
+    return [*messages, Message("assistant", greeting)]
 
 
 def _history_text(history: Sequence[Message]) -> str:

@@ -4,7 +4,8 @@ After private rehearsal the policy condenses what it imagined into a short memor
 what the results looked like, a plan — and the committed episode gets that memory in its context.
 Choices (docs/rehearsal.md):
 
-* The memory is a *policy generation*: a fresh two-message chat (``memory_messages``) over
+* The memory is a *policy generation*: a fresh two-message chat
+  (``rollout.memory_prompts.memory_messages``, rendered there so SFT can use the same text) over
   condensed transcripts of the imagined episodes, sampled by the same sampler and weights as the
   agent, capped at ``MemoryConfig.max_new_tokens``. Its sampled ids are kept (``MemoryNote``).
 * Transcripts show what the agent *saw* in imagination: each call with its rehearsed result (or
@@ -21,28 +22,13 @@ Choices (docs/rehearsal.md):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from envace_engine.rollout.parsing import result_to_json
-from envace_engine.rollout.prompts import Message, dumps
+from envace_engine.rollout.prompts import Message
 from envace_engine.rollout.tokens import ChatTokenizer
 from envace_engine.samplers.base import Sampler, SamplingParams
-from envace_engine.types import Episode, MetaKey, Role, Task
-
-MEMORY_SYSTEM = """\
-You just rehearsed a task privately, in your imagination: every tool result below was imagined \
-by you, not returned by the real tools. Write a short rehearsal memory for your real attempt, \
-in three parts:
-Failed: what went wrong or looked risky (malformed calls, errors, wrong tools or arguments).
-Results: what the tool results looked like (fields, values).
-Plan: the tool calls to make, in order, and what to answer.
-At most six short lines of plain text."""
-
-MEMORY_HEADER = (
-    "Rehearsal memory (your notes from a private rehearsal; its tool results were imagined and "
-    "may be wrong, and the real tools have not been called yet):"
-)
+from envace_engine.types import Episode, MetaKey, Role
 
 
 @dataclass(frozen=True)
@@ -89,51 +75,6 @@ class MemoryNote:
             "error": self.error,
             "token_ids": list(self.token_ids),
         }
-
-
-def transcript(episode: Episode, max_chars: int) -> str:
-    """What the agent saw in one imagined episode: calls with imagined results, answers, ending."""
-    lines: list[str] = []
-    for record in episode.calls:
-        shown = {"rehearsed": record.rehearsed, "real": record.real, "simulated": record.simulated}
-        result = shown.get(record.shown)
-        answer = dumps(result_to_json(result)) if result is not None else "(no result)"
-        lines.append(
-            f"turn {record.turn + 1} call {record.call.name} "
-            f"{dumps(record.call.arguments)} -> {answer}"
-        )
-    for turn, text in enumerate(episode.final_answers):
-        lines.append(f"turn {turn + 1} answer: {text.strip()}")
-    ending = str(episode.stop_reason)
-    if episode.stop_detail:
-        ending += f" ({episode.stop_detail})"
-    lines.append(f"ended: {ending}")
-    text = "\n".join(lines)
-    # Keep the end: the ending and the last calls say most about what failed.
-    return text if len(text) <= max_chars else "..." + text[-(max_chars - 3) :]
-
-
-def memory_messages(
-    task: Task, transcripts: Sequence[str], previous: str = "", first_index: int = 1
-) -> list[Message]:
-    """The memory prompt: the task's request, an earlier memory (sequential) and transcripts."""
-    parts = ["Task:\n" + "\n".join(f"turn {i + 1}: {t}" for i, t in enumerate(task.user_turns))]
-    if previous.strip():
-        parts.append("Your memory so far:\n" + previous.strip())
-    for k, text in enumerate(transcripts, first_index):
-        parts.append(f"Imagined attempt {k}:\n{text}")
-    parts.append("Write the rehearsal memory now.")
-    return [Message("system", MEMORY_SYSTEM), Message("user", "\n\n".join(parts))]
-
-
-def with_memory(task: Task, memory: str) -> Task:
-    """A copy of ``task`` whose context text (``Task.system``) ends with the memory block
-    (``task`` itself when the memory is empty)."""
-    if not memory.strip():
-        return task
-    block = f"{MEMORY_HEADER}\n{memory.strip()}"
-    system = f"{task.system.strip()}\n\n{block}" if task.system.strip() else block
-    return replace(task, system=system)
 
 
 def sampled_tokens(episode: Episode) -> int:

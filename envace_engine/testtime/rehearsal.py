@@ -30,6 +30,7 @@ from typing import Any
 
 from envace_engine.environments.base import Suite
 from envace_engine.rollout.loop import RolloutConfig, rollout
+from envace_engine.rollout.memory_prompts import memory_messages, transcript, with_memory
 from envace_engine.rollout.prompts import Message
 from envace_engine.rollout.tokens import ChatTokenizer
 from envace_engine.samplers.base import Sampler, SamplingParams
@@ -37,10 +38,7 @@ from envace_engine.seeds import derive_seed
 from envace_engine.testtime.memory import (
     MemoryConfig,
     MemoryNote,
-    memory_messages,
     sampled_tokens,
-    transcript,
-    with_memory,
     write_memories,
 )
 from envace_engine.types import Episode, MetaKey, Mode, Role, Task
@@ -176,15 +174,20 @@ class _Rehearser:
         return write_memories(self.sampler, self.chat, prompts, params, cfg.context_limit)
 
     def parallel(self, plans: list[Plan], repeats: int, progress: Progress) -> list[Plan]:
-        """Per task: one batched rollout of budget x repeats imagined episodes; then memories."""
+        """One batched rollout of budget x repeats imagined episodes per task; then memories.
+
+        Every task's imagined episodes form one group of the rollout (consecutive, sharing the
+        task's prompt, which the sampler prefills once), and all tasks go in the same call so
+        the sampler's batch stays full.
+        """
         n = self.rehearsal.budget
         chars = self.rehearsal.memory.transcript_chars
-        by_task: dict[int, list[Episode]] = {}
         task_ids = sorted({p.task_index for p in plans})
-        for done, index in enumerate(task_ids):
-            task = next(p.task for p in plans if p.task_index == index)
-            by_task[index] = self._rollout([task], n * repeats, f"im{index}", 1)
-            progress(done + 1, len(task_ids), f"imagined {n * repeats} episodes for {task.id}")
+        tasks = [next(p.task for p in plans if p.task_index == i) for i in task_ids]
+        episodes = self._rollout(tasks, n * repeats, "im", 1)
+        size = n * repeats
+        by_task = {i: episodes[k * size : (k + 1) * size] for k, i in enumerate(task_ids)}
+        progress(len(task_ids), len(task_ids), f"imagined {size} episodes for each task")
         out = []
         for plan in plans:
             imagined = by_task[plan.task_index][plan.repeat * n : (plan.repeat + 1) * n]

@@ -5,6 +5,7 @@ A checkpoint is a directory ``<run>/checkpoints/step-000012/`` holding
 * the model as a Hugging Face checkpoint (``config.json``, ``model.safetensors``, tokenizer
   files), so ``model = "<that dir>"`` starts a new run or an evaluation from it;
 * ``trainer_state.pt``: the optimizer state and the RNG states of python, numpy and torch;
+* ``envace_prompts.json``: the prompt settings the run trained with (``config.PROMPT_KEYS``);
 * ``state.json``: the step, the data position (how many tasks have been drawn from the seeded
   task order) and the config the run was started with.
 
@@ -29,6 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from envace_engine.config import RolloutSettings, write_prompt_settings
 
 if TYPE_CHECKING:
     import torch
@@ -104,12 +107,15 @@ def save(
     optimizer: torch.optim.Optimizer,
     keep: int = 2,
     optimizer_state: Mapping[str, Any] | None = None,
+    prompts: RolloutSettings | None = None,
 ) -> Path:
     """Write checkpoint ``state.step`` atomically; prune all but the newest ``keep``.
 
     ``optimizer_state``: a full ``state_dict()`` gathered from sharded training (FSDP,
     ``fsdp.full_optimizer_state``) to store instead of ``optimizer.state_dict()``, whose
     tensors would be this rank's shards only. Either way the file has one format.
+    ``prompts``: the run's rollout settings, recorded so evaluations render prompts as training
+    did (``config.write_prompt_settings``).
     """
     import torch
 
@@ -119,6 +125,8 @@ def save(
     tmp.mkdir(parents=True)
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
+    if prompts is not None:
+        write_prompt_settings(tmp, prompts)
     optim = optimizer_state if optimizer_state is not None else optimizer.state_dict()
     trainer = {"optimizer": optim, "rng": rng_state()}
     torch.save(trainer, tmp / TRAINER_FILE)

@@ -1,32 +1,43 @@
-"""SFT warm-up on reference trajectories of both roles, with TRL's ``SFTTrainer``.
+"""SFT warm-up on reference trajectories of both roles (docs/training.md, "SFT warm-up").
 
 Examples (one per generation the policy will make at run time, "step-as-sample"):
 
 * ``act`` — prompt: the act chat up to an assistant message of the reference trajectory;
   completion: that message (a ``<tool_call>`` block, or the final answer);
 * ``rehearse`` — prompt: the rehearse chat for one reference call; completion:
-  ``<execution_result>{reference result}</execution_result>``.
+  ``<execution_result>{reference result}</execution_result>``;
+* with ``memory_fraction`` > 0, memory-conditioned examples (``sft_memory``): act examples of
+  the same trajectory with a rehearsal memory in context, and (role ``memory``) the memory
+  written from an imagined attempt — so test-time rehearsal meets a format it was trained on.
 
-Both are rendered with the *same* prompt functions and switches the rollout uses
-(``prompts.act_samples``/``rehearse_samples`` with ``pick_examples`` from the same pool,
-``grounded_rehearsal``, ``rehearse_history``, ``n_examples``): if SFT saw other prompts than the
-rollout, it would teach a format the policy never meets. The data is TRL's conversational
-prompt-completion form, so the loss is on completion (assistant) tokens only
-(``completion_only_loss`` is True for such data, docs/protocols.md §2.2), including ``<|im_end|>``,
-which teaches the model to stop. bf16 autocast on CPU. The result is a Hugging Face checkpoint
-directory that ``envace train`` takes as ``model``.
+Prompts are rendered with the *same* functions and switches the rollout uses
+(``act_samples``/``rehearse_samples``, ``pick_examples`` from the same pool,
+``grounded_rehearsal``, ``rehearse_history``, ``n_examples``): other prompts would teach a
+format the policy never meets. Token-in/token-out holds here too: a prompt is tokenised as the
+rollout tokenises it (the chat with its generation prompt), a completion as the canonical
+tokens of its text plus the end-of-turn token — the ids the policy must sample.
+
+Why our own loop rather than TRL's ``SFTTrainer`` (``bench/sft_step.py`` compares them on the
+same batch): batches are bucketed by length (little padding), the LM head runs only on
+completion tokens (``logprobs.completion_logprobs``: no ``[B, L, V]`` logits), and bf16
+autocast runs the GEMMs on the CPU's bf16 units while the weights and AdamW state stay fp32.
+The loss is the mean negative log-likelihood over a batch's completion tokens, as TRL's.
 """
 
 from __future__ import annotations
 
-import os
+import dataclasses
+import itertools
+import math
 import random
 import shutil
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envace_engine.config import SFTConfig
+from envace_engine.config import SFTConfig, write_prompt_settings
 from envace_engine.environments import get_suite
 from envace_engine.environments.base import Suite
 from envace_engine.rollout.prompts import (
@@ -38,22 +49,27 @@ from envace_engine.rollout.prompts import (
     rehearse_samples,
     to_chat,
 )
+from envace_engine.rollout.tokens import ChatTokenizer
 from envace_engine.seeds import derive_seed
 from envace_engine.sink import Sink
-from envace_engine.types import Task
+from envace_engine.training.sft_memory import memory_samples
+from envace_engine.types import Role, Task, TrainRow
+
+BUCKET_BATCHES = 32  # batches drawn per sorted window: similar prompts, still shuffled
 
 
-def sft_tasks(suite: Suite, config: SFTConfig) -> list[Task]:
+def sft_tasks(suite: Suite, config: SFTConfig, split: str | None = None) -> list[Task]:
     """The first ``n_tasks`` tasks (in a seeded order) matching ``task_filter``, with references."""
+    split = split or config.split
     tasks = [
         t
-        for t in suite.tasks(config.split)
+        for t in suite.tasks(split)
         if any(t.reference_calls)
         and all(str(t.meta.get(k)) == v for k, v in config.task_filter.items())
     ]
     if not tasks:
         raise ValueError(
-            f"no {config.suite}/{config.split} task with reference calls matches task_filter="
+            f"no {config.suite}/{split} task with reference calls matches task_filter="
             f"{config.task_filter}: loosen the filter or choose another split"
         )
     random.Random(config.seed).shuffle(tasks)
@@ -77,7 +93,16 @@ def task_samples(task: Task, pool: Sequence[Task], config: SFTConfig) -> list[Ch
             examples=examples,
         )
         samples += rehearse_samples(ctx)
-    return samples
+    if config.memory_fraction > 0 and _with_memory(task, config):
+        samples += memory_samples(task, tools, examples, write="memory" in config.roles)
+    names = ",".join(sorted(str(t.get("function", t).get("name")) for t in tools))
+    return [dataclasses.replace(s, group=f"{s.role}|{names}") for s in samples]
+
+
+def _with_memory(task: Task, config: SFTConfig) -> bool:
+    """Whether this task also gets memory-conditioned examples (a seeded share of tasks)."""
+    draw = derive_seed(config.seed, "sft-memory", task.id) / 2**31
+    return draw < config.memory_fraction
 
 
 def to_record(sample: ChatSample) -> dict[str, Any]:
@@ -89,90 +114,205 @@ def to_record(sample: ChatSample) -> dict[str, Any]:
     }
 
 
-def build_records(config: SFTConfig, suite: Suite | None = None) -> list[dict[str, Any]]:
-    """All SFT rows for ``config``, shuffled with its seed."""
+def all_samples(
+    config: SFTConfig, suite: Suite | None = None, split: str | None = None
+) -> list[ChatSample]:
+    """Every SFT sample of ``config`` (on ``split``, default the training split), in a seeded
+    order."""
     suite = suite or get_suite(config.suite)
-    # The rollout draws worked examples from the train split (rollout._default_pool).
+    # The rollout draws worked examples from the train split (rollout.loop's default pool).
     pool = suite.tasks("train") if config.rollout.n_examples > 0 else []
-    records = [
-        to_record(s) for t in sft_tasks(suite, config) for s in task_samples(t, pool, config)
+    tasks = sft_tasks(suite, config, split)
+    samples = [s for t in tasks for s in task_samples(t, pool, config)]
+    random.Random(derive_seed(config.seed, "sft-records")).shuffle(samples)
+    return samples
+
+
+def build_records(config: SFTConfig, suite: Suite | None = None) -> list[dict[str, Any]]:
+    """All SFT rows for ``config`` in TRL's conversational form, shuffled with its seed."""
+    return [to_record(s) for s in all_samples(config, suite)]
+
+
+@dataclass(frozen=True)
+class Example:
+    """One tokenised SFT example: the prompt the rollout would send, the ids to sample."""
+
+    role: str  # "act" | "rehearse" | "memory"
+    prompt_ids: tuple[int, ...]
+    completion_ids: tuple[int, ...]
+    target: str
+    group: str = ""  # as ChatSample.group: batches never mix groups
+
+    @property
+    def length(self) -> int:
+        """Prompt plus completion tokens."""
+        return len(self.prompt_ids) + len(self.completion_ids)
+
+
+def tokenize(samples: Sequence[ChatSample], chat: ChatTokenizer) -> list[Example]:
+    """Prompts as the rollout tokenises them; completions as their text's canonical ids + EOS."""
+    return [
+        Example(
+            s.role,
+            tuple(chat.prompt_ids(s.prompt)),
+            (*chat.encode(s.target), chat.eos_id),
+            s.target,
+            s.group,
+        )
+        for s in samples
     ]
-    random.Random(derive_seed(config.seed, "sft-records")).shuffle(records)
-    return records
+
+
+def bucketed_batches(examples: Sequence[Example], batch_size: int, seed: int) -> list[list[int]]:
+    """One epoch of batches (indices): a seeded shuffle, then each window of ``BUCKET_BATCHES``
+    batches sorted by group and length and cut into batches that never cross a group; then the
+    batch order is shuffled. A group's examples share their prompt head (one role, one tool
+    set: the system message and tool schemas), so a batch's common prefix runs through the model
+    once (``batching.collate(share_prefix=True)``), and sorting by length keeps padding small.
+    A group's last batch of a window may be smaller than ``batch_size``."""
+    rng = random.Random(seed)
+    order = list(range(len(examples)))
+    rng.shuffle(order)
+    window = batch_size * BUCKET_BATCHES
+    batches: list[list[int]] = []
+    for start in range(0, len(order), window):
+        chunk = sorted(
+            order[start : start + window],
+            key=lambda i: (examples[i].group, examples[i].length),
+        )
+        for _, members in itertools.groupby(chunk, key=lambda i: examples[i].group):
+            picked = list(members)
+            batches += [picked[i : i + batch_size] for i in range(0, len(picked), batch_size)]
+    rng.shuffle(batches)
+    return batches
+
+
+def batch_stream(examples: Sequence[Example], batch_size: int, seed: int, steps: int):
+    """``steps`` batches of indices, epoch after epoch (each epoch reshuffled and re-bucketed)."""
+    epoch = 0
+    produced = 0
+    while produced < steps:
+        for batch in bucketed_batches(examples, batch_size, derive_seed(seed, "sft-epoch", epoch)):
+            if produced == steps:
+                return
+            yield epoch, batch
+            produced += 1
+        epoch += 1
+
+
+def lr_at(step: int, config: SFTConfig) -> float:
+    """Learning rate of optimizer step ``step`` (0-based): warm-up, then constant or cosine."""
+    if step < config.warmup_steps:
+        return config.lr * (step + 1) / config.warmup_steps
+    if config.lr_schedule == "constant":
+        return config.lr
+    span = max(config.max_steps - config.warmup_steps, 1)
+    progress = min((step - config.warmup_steps) / span, 1.0)
+    floor = config.lr * config.min_lr_ratio
+    return floor + (config.lr - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def as_rows(examples: Sequence[Example]) -> list[TrainRow]:
+    """``TrainRow``s for ``batching.collate`` (no sampler log-probs: zeros, unused here)."""
+    return [
+        TrainRow(
+            episode_id="sft",
+            group_id="sft",
+            role=Role.REHEARSE if e.role == "rehearse" else Role.ACT,
+            prompt_ids=e.prompt_ids,
+            completion_ids=e.completion_ids,
+            old_logprobs=(0.0,) * len(e.completion_ids),
+            reward=None,
+        )
+        for e in examples
+    ]
+
+
+def sft_loss(model: Any, batch: Any, bf16: bool) -> Any:
+    """Mean NLL over the batch's completion tokens (head only on those tokens)."""
+    import torch
+
+    from envace_engine.logprobs import completion_logprobs
+
+    device = next(model.parameters()).device
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+        logprobs = completion_logprobs(
+            model,
+            batch.input_ids,
+            batch.attention_mask,
+            batch.completion_mask,
+            prefix_ids=batch.prefix_ids,
+        ).float()
+    mask = batch.completion_mask
+    return -(logprobs * mask).sum() / mask.sum().clamp(min=1.0)
 
 
 def run_sft(config: SFTConfig, out_dir: Path, sink: Sink | None = None) -> Path:
-    """Train with TRL's SFTTrainer and save a checkpoint dir at ``out_dir`` (atomically)."""
+    """Train, save a checkpoint dir at ``out_dir`` (atomically), score the held-out split."""
     import torch
-    from datasets import Dataset
-    from trl import SFTConfig as TRLConfig
-    from trl import SFTTrainer
 
     from envace_engine.models import load_model, load_tokenizer, resolve
+    from envace_engine.samplers.embedded.heap import keep_freed_memory
+    from envace_engine.training.batching import collate
+    from envace_engine.training.sft_eval import heldout_metrics
 
     torch.manual_seed(config.seed)
     spec = resolve(config.model)
     model, tokenizer = load_model(spec), load_tokenizer(spec)
-    records = build_records(config)
-    dataset = Dataset.from_list([{k: r[k] for k in ("prompt", "completion")} for r in records])
-    out = Path(out_dir)
-    work = out.with_name(f".{out.name}.work{os.getpid()}")
-    args = TRLConfig(
-        output_dir=str(work),
-        max_steps=config.max_steps,
-        per_device_train_batch_size=config.batch_size,
-        learning_rate=config.lr,
-        lr_scheduler_type="constant",
-        bf16=config.bf16,
-        use_cpu=not torch.cuda.is_available(),
-        max_length=config.rollout.context_limit,  # never truncate a completion away
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        seed=config.seed,
-        dataloader_num_workers=0,
-        disable_tqdm=sink is not None,
-    )
-    callbacks = [_sink_callback(sink, config.max_steps)] if sink is not None else []
-    trainer = SFTTrainer(
-        model=model,
-        args=args,
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        callbacks=callbacks,
-    )
-    trainer.train()
+    chat = ChatTokenizer(tokenizer)
+    examples = tokenize(all_samples(config), chat)
+    if not examples:
+        raise ValueError("no SFT examples: check roles, task_filter and the split")
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else chat.eos_id
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0)
+    if next(model.parameters()).device.type == "cpu":
+        keep_freed_memory()  # each step frees and re-allocates GBs of activations (heap.py)
+    model.train()
+    for step, (epoch, picked) in enumerate(
+        batch_stream(examples, config.batch_size, config.seed, config.max_steps)
+    ):
+        started = time.perf_counter()
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step, config)
+        chosen = [examples[i] for i in picked]
+        batch = collate(as_rows(chosen), [0.0] * len(chosen), pad, share_prefix=True)
+        loss = sft_loss(model, batch, config.bf16)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        clip = config.grad_clip if config.grad_clip is not None else float("inf")
+        norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), clip))
+        optimizer.step()
+        if sink is not None:
+            metrics = {
+                "sft/loss": float(loss.item()),
+                "sft/lr": optimizer.param_groups[0]["lr"],
+                "sft/grad_norm": norm,
+                "sft/epoch": float(epoch),
+                "sft/tokens": float(batch.num_tokens),
+                "sft/padded_tokens": float(batch.input_ids.numel()),
+                "perf/step_s": time.perf_counter() - started,
+            }
+            sink.metrics(step, metrics)
+            sink.progress(step + 1, config.max_steps, f"sft step {step + 1}")
+    model.eval()
+    out = _save(model, tokenizer, config, Path(out_dir))
+    if config.eval_split is not None and sink is not None:
+        held = heldout_metrics(model, chat, config, pad)
+        sink.metrics(config.max_steps, held)
+    return out
+
+
+def _save(model: Any, tokenizer: Any, config: SFTConfig, out: Path) -> Path:
+    """Write the checkpoint (weights, tokenizer, prompt settings) to a temporary, then rename."""
+    import os
+
     tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    trainer.model.float().save_pretrained(tmp, safe_serialization=True)
+    model.float().save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
+    write_prompt_settings(tmp, config.rollout)
     if out.exists():
         shutil.rmtree(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp.rename(out)
-    shutil.rmtree(work, ignore_errors=True)
     return out
-
-
-def _sink_callback(sink: Sink, total: int) -> Any:
-    """A ``TrainerCallback`` forwarding the Trainer's logs (loss, lr, accuracy) to ``sink``."""
-    from transformers import TrainerCallback
-
-    class SinkCallback(TrainerCallback):
-        # The Trainer logs a step's loss and, at the end, a summary for the same step; a sink
-        # replaces a step's metrics whole, so merge everything logged for a step.
-        def __init__(self) -> None:
-            self.seen: dict[int, dict[str, float]] = {}
-
-        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
-            step = int(state.global_step)
-            values = {
-                f"sft/{k}": float(v) for k, v in (logs or {}).items() if isinstance(v, int | float)
-            }
-            if values:
-                merged = self.seen.setdefault(step, {})
-                merged.update(values)
-                sink.metrics(step, dict(merged))
-            sink.progress(step, total, f"sft step {step}")
-
-    return SinkCallback()

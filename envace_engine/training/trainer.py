@@ -4,7 +4,9 @@ Modes (``TrainConfig.mode``):
 
 * ``envace`` — rehearsal rollouts (the policy plays the world); act and rehearse rows trained;
 * ``real-grpo`` — the environment-interaction baseline: real rollouts, act rows trained;
-* ``act-only`` — rehearsal rollouts with the rehearse role frozen (ablation): act rows trained.
+* ``act-only`` — rehearsal rollouts with the rehearse role frozen (ablation): act rows trained;
+* ``simulator`` — the external-simulator baseline: a frozen copy of the starting model answers
+  the tool calls; act rows trained.
 
 One optimizer step per rollout batch, constant lr, grad clip 1.0 by default. Determinism, so
 that ``resume`` continues exactly: the task order is a seeded permutation per epoch plus a
@@ -24,7 +26,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envace_engine.config import TrainConfig
 from envace_engine.environments import get_suite
@@ -43,10 +45,24 @@ from envace_engine.training.loss import LossInputs, RoleMetrics, policy_loss
 from envace_engine.training.metrics import role_advantages, step_metrics
 from envace_engine.training.parallel import distributed, fsdp
 from envace_engine.training.parallel.weight_sync import WeightSource, server_sampler, sync_weights
+from envace_engine.training.probe import run_probe, select_probe_tasks
 from envace_engine.types import Episode, MetaKey, Mode, Role, Task, TrainRow
 
-ROLLOUT_MODE = {"envace": Mode.REHEARSAL, "real-grpo": Mode.REAL, "act-only": Mode.REHEARSAL}
-TRAINED = {"envace": (Role.ACT, Role.REHEARSE), "real-grpo": (Role.ACT,), "act-only": (Role.ACT,)}
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+ROLLOUT_MODE = {
+    "envace": Mode.REHEARSAL,
+    "real-grpo": Mode.REAL,
+    "act-only": Mode.REHEARSAL,
+    "simulator": Mode.SIMULATOR,
+}
+TRAINED = {
+    "envace": (Role.ACT, Role.REHEARSE),
+    "real-grpo": (Role.ACT,),
+    "act-only": (Role.ACT,),
+    "simulator": (Role.ACT,),
+}
 
 
 @dataclass
@@ -69,6 +85,9 @@ class Parts:
     # frozen full copy of it, refreshed after each step, for sampling and checkpoints. None: DDP
     # or one process, where ``model`` itself is trained.
     sharded: Any | None = None
+    # ``simulator`` mode: a frozen copy of the starting model, sampled to answer tool calls.
+    simulator: Sampler | None = None
+    probe_tasks: list[Task] = dataclasses.field(default_factory=list)  # held-out, never trained
 
     def weight_source(self) -> WeightSource:
         """What a weight push to out-of-process samplers reads (the full model copy)."""
@@ -91,6 +110,7 @@ def run(parts: Parts, run_dir: Path, sink: Sink | None, resume: bool = False) ->
     # run starts from (fresh or restored), so step k always samples from the step-k weights.
     sync_weights(parts.weight_source(), run_dir, state.step)
     for step in range(state.step, config.steps):
+        heldout = probe(parts, step)  # before the step's rollout: the policy after `step` updates
         started = time.perf_counter()
         tasks, position = next_tasks(parts, state.data_position)
         episodes, success = score(parts, tasks, roll(parts, tasks, step))
@@ -100,12 +120,33 @@ def run(parts: Parts, run_dir: Path, sink: Sink | None, resume: bool = False) ->
         extra = optimize(parts, rows, advantages)
         episodes = with_advantages(episodes, rows, advantages)
         extra.update(timing(episodes, started, rolled))
+        extra.update(heldout)
         state = checkpoint.TrainState(step + 1, position, state.config)
         publish(parts, sink, step, episodes, rows, advantages, success, extra)
         if state.step % config.checkpoint_every == 0 or state.step == config.steps:
             save(parts, run_dir, state)
         sync_weights(parts.weight_source(), run_dir, state.step)
+    final = probe(parts, config.steps, last=True)
+    if final and sink is not None and parts.dist.is_main:
+        sink.metrics(config.steps, final)  # the trained policy: a metrics-only step
     return state.step
+
+
+def probe(parts: Parts, step: int, last: bool = False) -> dict[str, float]:
+    """The held-out probe's metrics when one is due at ``step`` (rank 0 only), else ``{}``."""
+    every = parts.config.probe.every
+    if not every or not parts.dist.is_main or (step % every and not last):
+        return {}
+    return run_probe(
+        parts.config,
+        step,
+        parts.probe_tasks,
+        parts.suite,
+        parts.sampler,
+        parts.tokenizer,
+        parts.model,
+        parts.success,
+    )
 
 
 def setup(config: TrainConfig) -> Parts:
@@ -117,6 +158,7 @@ def setup(config: TrainConfig) -> Parts:
     torch.manual_seed(config.seed)
     spec = resolve(config.model)
     model, tokenizer = load_model(spec), load_tokenizer(spec)
+    ref_model: PreTrainedModel | fsdp.LogprobModule | None  # sharded under FSDP
     ref_model = load_model(spec).requires_grad_(False) if config.loss.kl_coef > 0 else None
     sharded, device = None, distributed.device(dist)
     if dist.enabled and config.distributed.strategy == "fsdp":
@@ -124,9 +166,11 @@ def setup(config: TrainConfig) -> Parts:
         full_device = torch.device("cpu") if config.sampler else device
         model, sharded, ref_model = fsdp.prepare(model, ref_model, dist, full_device)
     else:
-        model = model.to(device)
+        # (ignores: transformers wraps PreTrainedModel.to in functools.wraps, whose typeshed type
+        # does not bind self as a method, so mypy reads the device as the self argument)
+        model = model.to(device)  # type: ignore[arg-type]
         distributed.broadcast_parameters(model.parameters(), dist)
-        ref_model = ref_model.to(device) if ref_model is not None else None
+        ref_model = ref_model.to(device) if ref_model is not None else None  # type: ignore[arg-type]
     o = config.optim
     trained = sharded if sharded is not None else model
     optimizer = torch.optim.AdamW(
@@ -137,6 +181,11 @@ def setup(config: TrainConfig) -> Parts:
     else:  # in process: the sampler holds the same model object, so it is always current
         batch = config.rollout.sampler_batch_size
         sampler = make_sampler(spec, model=model, tokenizer=tokenizer, batch_size=batch)
+    simulator = None
+    if config.mode == "simulator":  # the frozen starting policy answers the tools
+        frozen = load_model(spec).requires_grad_(False)
+        batch = config.rollout.sampler_batch_size
+        simulator = make_sampler(spec, model=frozen, tokenizer=tokenizer, batch_size=batch)
     suite = get_suite(config.suite)
     judge = JudgeConfig(url=config.judge_url) if config.judge_url else None
     return Parts(
@@ -153,7 +202,15 @@ def setup(config: TrainConfig) -> Parts:
         dist,
         reward_is_success=config.reward == "state",
         sharded=sharded,
+        simulator=simulator,
+        probe_tasks=_probe_tasks(suite, config),
     )
+
+
+def _probe_tasks(suite: Suite, config: TrainConfig) -> list[Task]:
+    if not config.probe.every:
+        return []
+    return select_probe_tasks(suite, config.probe, config.task_filter)
 
 
 def select_tasks(suite: Suite, config: TrainConfig) -> list[Task]:
@@ -194,17 +251,25 @@ def draw_tasks(
     return drawn[rank::world], position + count
 
 
-def rollout_config(config: TrainConfig, step: int, rank: int) -> RolloutConfig:
-    """The rollout settings of one step; the sampler seed depends on (seed, step, rank) only."""
+def rollout_config(
+    config: TrainConfig, step: int, rank: int, simulator: Sampler | None = None
+) -> RolloutConfig:
+    """The rollout settings of one step; the sampler seed depends on (seed, step, rank) only.
+
+    ``simulator``: the frozen sampler that answers tool calls in ``simulator`` mode.
+    """
     r = config.rollout.model_dump(exclude={"sampler_batch_size"})
     seed = derive_seed(config.seed, "rollout", step, rank)
-    return RolloutConfig(mode=ROLLOUT_MODE[config.mode], seed=seed, **r)
+    mode = ROLLOUT_MODE[config.mode]
+    if mode is Mode.SIMULATOR and simulator is None:
+        raise ValueError("mode = 'simulator' needs the frozen simulator sampler (trainer.setup)")
+    return RolloutConfig(mode=mode, seed=seed, simulator=simulator, **r)
 
 
 def roll(parts: Parts, tasks: list[Task], step: int) -> list[Episode]:
     """Roll out every task ``group_size`` times with the current policy."""
     rank = parts.dist.rank
-    cfg = rollout_config(parts.config, step, rank)
+    cfg = rollout_config(parts.config, step, rank, parts.simulator)
     return rollout(
         tasks,
         parts.suite,
@@ -252,19 +317,23 @@ def optimize(parts: Parts, rows: list[TrainRow], advantages: list[float]) -> dic
     n_rows, n_tokens = len(rows), sum(len(r.completion_ids) for r in rows)
     pad = parts.tokenizer.pad_token_id or 0
     roles: dict[str, RoleMetrics] = {}
+    gaps = Mismatch()
     total_loss = 0.0
     batches = []
     if live:
+        share = cfg.share_prefix and parts.sharded is None  # FSDP runs whole rows
         batches = micro_batches(
-            [r for r, _ in live], [a for _, a in live], pad, cfg.micro_batch_tokens
+            [r for r, _ in live], [a for _, a in live], pad, cfg.micro_batch_tokens, share
         )
     padding = _padding_count(parts, len(batches))  # agreed before any FSDP collective runs
     for batch in batches:
-        out = micro_step(parts, batch, n_rows, n_tokens)
+        out, gap = micro_step(parts, batch, n_rows, n_tokens)
+        gaps += gap
         out.loss.backward()
         total_loss += float(out.loss.item())
         roles = {k: roles.get(k, RoleMetrics()) + v for k, v in out.roles.items()}
     for _ in range(padding):
+        assert parts.sharded is not None  # padding is 0 without FSDP (``_padding_count``)
         fsdp.padding_step(parts.sharded, parts.ref_model, pad, _device(trained))
     if parts.sharded is None:  # FSDP already averaged them, in each backward's reduce-scatter
         distributed.average_gradients(model.parameters(), d)
@@ -283,6 +352,7 @@ def optimize(parts: Parts, rows: list[TrainRow], advantages: list[float]) -> dic
         "optim/micro_batches": float(len(batches)),
         "optim/padding_micro_batches": float(padding),
         "optim/rows_forward": float(len(live)),
+        **(gaps.metrics() if gaps.tokens else {}),
         **flat,
     }
 
@@ -308,8 +378,47 @@ def _padding_count(parts: Parts, count: int) -> int:
     return max(distributed.most(count, parts.dist), 1) - count
 
 
-def micro_step(parts: Parts, batch: Any, total_rows: int, total_tokens: int) -> Any:
-    """The loss of one micro-batch (bf16 autocast when configured), normalised by the totals."""
+@dataclass(frozen=True)
+class Mismatch:
+    """Sums over trained tokens of how far the trainer's log-probs are from the sampler's.
+
+    Both score the same sampled tokens under the same weights (one optimizer step per rollout
+    batch, so before the step the policy is the one that sampled): any difference is numerics —
+    bf16 vs fp32, batched vs cached attention, another engine (SGLang). ``abs_sum`` sums
+    ``|logp_trainer - logp_sampler|``; ``k3_sum`` sums the k3 estimate of KL(sampler || trainer),
+    ``exp(d) - d - 1`` with ``d = logp_trainer - logp_sampler`` (>= 0, low variance).
+    """
+
+    abs_sum: float = 0.0
+    k3_sum: float = 0.0
+    tokens: int = 0
+
+    def __add__(self, other: Mismatch) -> Mismatch:
+        return Mismatch(
+            self.abs_sum + other.abs_sum, self.k3_sum + other.k3_sum, self.tokens + other.tokens
+        )
+
+    def metrics(self) -> dict[str, float]:
+        """``rollout/logprob_diff`` (mean |Δ log-prob|) and ``rollout/mismatch_kl`` (mean k3)."""
+        n = max(self.tokens, 1)
+        return {"rollout/logprob_diff": self.abs_sum / n, "rollout/mismatch_kl": self.k3_sum / n}
+
+
+def mismatch(logprobs: Any, old_logprobs: Any, mask: Any) -> Mismatch:
+    """``Mismatch`` sums of one micro-batch (``[B, L]`` tensors, ``mask`` 1 on trained tokens)."""
+    import torch
+
+    with torch.no_grad():
+        d = (logprobs.detach() - old_logprobs) * mask
+        k3 = (torch.exp(d) - d - 1) * mask
+    return Mismatch(float(d.abs().sum()), float(k3.sum()), int(mask.sum()))
+
+
+def micro_step(
+    parts: Parts, batch: Any, total_rows: int, total_tokens: int
+) -> tuple[Any, Mismatch]:
+    """The loss of one micro-batch (bf16 autocast when configured), normalised by the totals,
+    and how far the trainer's log-probs are from the sampler's on its tokens."""
     import torch
 
     cfg = parts.config
@@ -320,14 +429,19 @@ def micro_step(parts: Parts, batch: Any, total_rows: int, total_tokens: int) -> 
     )
     args = (batch.input_ids, batch.attention_mask, batch.completion_mask)
     temperature = cfg.rollout.temperature  # old log-probs are of the tempered distribution
+    prefix = batch.prefix_ids
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16):
         # fsdp.score calls a sharded model through its FSDP root, so the hooks fire (trap a).
-        logprobs = fsdp.score(trained, *args, temperature=temperature).float()
+        logprobs = fsdp.score(trained, *args, temperature=temperature, prefix_ids=prefix).float()
         ref = None
         if parts.ref_model is not None:
             with torch.no_grad():
-                ref = fsdp.score(parts.ref_model, *args, temperature=temperature).float()
-    return policy_loss(
+                ref_lp = fsdp.score(
+                    parts.ref_model, *args, temperature=temperature, prefix_ids=prefix
+                )
+                ref = ref_lp.float()
+    gap = mismatch(logprobs, batch.old_logprobs, batch.completion_mask)
+    out = policy_loss(
         LossInputs.from_batch(batch, logprobs, ref),
         clip_eps_low=cfg.loss.clip_eps_low,
         clip_eps_high=cfg.loss.clip_eps_high,
@@ -337,6 +451,7 @@ def micro_step(parts: Parts, batch: Any, total_rows: int, total_tokens: int) -> 
         total_rows=total_rows,
         total_tokens=total_tokens,
     )
+    return out, gap
 
 
 def _role_flat(role: str, m: RoleMetrics) -> dict[str, float]:
@@ -413,5 +528,6 @@ def save(parts: Parts, run_dir: Path, state: checkpoint.TrainState) -> None:
             parts.optimizer,
             keep=parts.config.keep_checkpoints,
             optimizer_state=gathered,
+            prompts=parts.config.rollout,
         )
     distributed.barrier(parts.dist)

@@ -23,13 +23,35 @@ instead of seven save time (``bench/rollout_throughput.py`` measures the whole r
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import torch
 
 _DTYPES = (torch.float32, torch.bfloat16)
+CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")  # /proc/cpuinfo flags of native bf16 GEMMs
 ROWS_HINT = 32  # the batch size oneDNN tunes the packed layout for (any row count works)
 SIBLINGS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))  # read the same input
+
+
+@functools.cache
+def cpu_bf16() -> str | None:
+    """The CPU's native bf16 matrix unit (``amx_bf16`` or ``avx512_bf16``), or None.
+
+    Read from ``/proc/cpuinfo`` (Linux). Without one, bf16 GEMMs are emulated and slower than
+    fp32, so the sampler stays in fp32.
+    """
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    flags = set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            flags.update(line.partition(":")[2].split())
+            break
+    return next((f for f in CPU_BF16_FLAGS if f in flags), None)
 
 
 def supported(model: torch.nn.Module) -> bool:
@@ -57,8 +79,9 @@ class _Pack:
     layers pass the same untouched tensor to each.)
     """
 
-    def __init__(self, linears: list[torch.nn.Linear]) -> None:
+    def __init__(self, linears: list[torch.nn.Linear], dtype: torch.dtype | None = None) -> None:
         self.linears = linears
+        self.dtype = dtype  # compute dtype of the GEMM (None: the weight's own)
         sizes = [m.out_features for m in linears]
         self.spans = [(sum(sizes[:i]), n) for i, n in enumerate(sizes)]
         self.weight = torch.empty(0)
@@ -74,13 +97,23 @@ class _Pack:
         """Pack the live weights (stacked when there are siblings)."""
         weights = [m.weight.detach() for m in self.linears]
         stacked = weights[0] if len(weights) == 1 else torch.cat(weights)
+        if self.dtype is not None:
+            stacked = stacked.to(self.dtype)
         self.weight = torch.ops.mkldnn._reorder_linear_weight(stacked, ROWS_HINT)
         biases = [m.bias for m in self.linears]
         self.bias = None if biases[0] is None else torch.cat([b.detach() for b in biases])
+        if self.bias is not None and self.dtype is not None:
+            self.bias = self.bias.to(self.dtype)
         self.memo = None
 
     def _gemm(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
+        if self.dtype is None or x.dtype == self.dtype:
+            return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
+        # bf16 GEMM on the CPU's bf16 unit, fp32 activations around it (norms, attention)
+        out = torch.ops.mkldnn._linear_pointwise(
+            x.to(self.dtype), self.weight, self.bias, "none", [], ""
+        )
+        return out.to(x.dtype)
 
     def forward_of(self, i: int) -> Callable[[torch.Tensor], torch.Tensor]:
         """The forward of the ``i``-th linear layer."""
@@ -101,11 +134,14 @@ class _Pack:
 def _groups(model: torch.nn.Module) -> list[list[torch.nn.Linear]]:
     """The model's linear layers, siblings (``SIBLINGS``, same input size, all with or all
     without bias) grouped, each other one alone."""
-    groups, grouped = [], set()
+    groups: list[list[torch.nn.Linear]] = []
+    grouped: set[int] = set()
     for module in model.modules():
         for names in SIBLINGS:
-            members = [getattr(module, n, None) for n in names]
-            if not all(isinstance(m, torch.nn.Linear) for m in members):
+            members = [
+                m for n in names if isinstance(m := getattr(module, n, None), torch.nn.Linear)
+            ]
+            if len(members) < len(names):
                 continue
             if len({(m.in_features, m.bias is None) for m in members}) == 1:
                 groups.append(members)
@@ -115,12 +151,29 @@ def _groups(model: torch.nn.Module) -> list[list[torch.nn.Linear]]:
 
 
 class PackedLinears:
-    """Packed weights of ``model``'s linear layers, kept in step with the live weights."""
+    """Packed weights of ``model``'s linear layers, kept in step with the live weights.
 
-    def __init__(self, model: torch.nn.Module, enabled: bool = True) -> None:
+    ``dtype``: the GEMMs' compute dtype (``torch.bfloat16``: bf16 copies of the weights, inputs
+    cast to bf16 and outputs back); None computes in the weights' own dtype. ``keep`` (the
+    LM head) stays in its own dtype: the sampler's log-probs come from it.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        enabled: bool = True,
+        dtype: torch.dtype | None = None,
+        keep: torch.nn.Module | None = None,
+    ) -> None:
         self.model = model
         self.enabled = enabled and supported(model)
-        self.packs = [_Pack(g) for g in _groups(model)] if self.enabled else []
+        self.dtype = dtype
+        head = keep
+        self.packs = (
+            [_Pack(g, None if any(m is head for m in g) else dtype) for g in _groups(model)]
+            if self.enabled
+            else []
+        )
         self._stamp: tuple[int, ...] = ()
 
     def refresh(self) -> None:
@@ -145,7 +198,8 @@ class PackedLinears:
         self.refresh()
         for pack in self.packs:
             for i, module in enumerate(pack.linears):
-                module.forward = pack.forward_of(i)  # an instance attribute shadows the class's
+                # An instance attribute shadows the class's method on purpose (deleted below).
+                module.forward = pack.forward_of(i)  # type: ignore[method-assign,assignment]
         try:
             yield
         finally:

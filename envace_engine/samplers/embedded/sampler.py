@@ -20,9 +20,11 @@ with those of the last call and empties the cache when any weight changed.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+import logging
+from collections.abc import Hashable, Iterator
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from transformers.cache_utils import Cache
@@ -32,7 +34,7 @@ from envace_engine.samplers.embedded import cascade
 from envace_engine.samplers.embedded.cascade import PromptSlab
 from envace_engine.samplers.embedded.heap import keep_freed_memory
 from envace_engine.samplers.embedded.kv import Continuation, PrefixCache, SlabLayer
-from envace_engine.samplers.embedded.packed import PackedLinears
+from envace_engine.samplers.embedded.packed import PackedLinears, cpu_bf16, supported
 from envace_engine.samplers.embedded.session import DecodeSession, KVShape
 from envace_engine.samplers.validation import check_request
 
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 MIN_SHARED_PREFIX = 8  # shorter common prefixes are not worth an extra forward pass
+LOG = logging.getLogger(__name__)
 
 
 class HFSampler:
@@ -53,8 +56,12 @@ class HFSampler:
     default budget holds the recent sequences of a 32-episode GRPO batch of a small model
     (SmolLM2-135M: 46 KB of fp32 K/V per token, so 65536 tokens = 3 GB). ``packed_weights``
     runs the forwards from oneDNN-packed copies of the linear weights (``packed.py``: faster on
-    a CPU, one more copy of the weights in memory). On a CPU it also makes the process keep
-    freed heap memory for reuse (``heap.py``).
+    a CPU); ``dtype`` (``auto`` | ``float32`` | ``bfloat16``) is their compute dtype: ``auto``
+    takes bf16 where the CPU has a native bf16 unit (AMX-BF16, AVX512-BF16), keeping the LM
+    head, norms and attention in fp32, so the log-probs stay close to the fp32 trainer's
+    (``rollout/logprob_diff`` measures how close). The packed copies are one more copy of the
+    weights in memory. On a CPU it also makes the process keep freed heap memory for reuse
+    (``heap.py``).
     """
 
     def __init__(
@@ -66,6 +73,7 @@ class HFSampler:
         prefix_reuse: bool = True,
         prefix_cache_tokens: int = 65536,
         packed_weights: bool = True,
+        dtype: str = "auto",
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size={batch_size}: use at least 1 prompt per forward batch")
@@ -74,7 +82,13 @@ class HFSampler:
         self.batch_size = batch_size
         self.prefix_reuse = prefix_reuse
         self.cache = PrefixCache(prefix_cache_tokens if prefix_reuse else 0)
-        self.packed = PackedLinears(model, enabled=packed_weights)  # CPU only: see packed.py
+        self.compute_dtype = compute_dtype(model, dtype, packed_weights)
+        self.packed = PackedLinears(  # CPU only: see packed.py
+            model,
+            enabled=packed_weights,
+            dtype=torch.bfloat16 if self.compute_dtype == "bfloat16" else None,
+            keep=model.get_output_embeddings(),
+        )
         if model.device.type == "cpu":
             keep_freed_memory()  # process-wide: see heap.py
         self._weights_stamp: tuple[int, ...] = ()
@@ -99,7 +113,7 @@ class HFSampler:
         if not prompts:
             return []
         stops = frozenset(self.eos_ids) | frozenset(params.stop_token_ids)
-        results: dict[int, Generation] = {}
+        results: dict[Hashable, Generation] = {}  # keyed by prompt index
         with self.session(params) as session:
             # Sorted token lists put shared prefixes (GRPO groups, rehearsals) side by side.
             for i in sorted(range(len(prompts)), key=lambda i: prompts[i]):
@@ -230,8 +244,39 @@ class HFSampler:
     def finish(self, ids: list[int], logprobs: list[float], reason: str) -> Generation:
         """A finished generation; its text drops a final stop token."""
         shown = ids[:-1] if reason == "stop" else ids
-        text = self.tokenizer.decode(shown, skip_special_tokens=True)
+        # One id list decodes to one str (transformers types decode for batches too).
+        text = cast(str, self.tokenizer.decode(shown, skip_special_tokens=True))
         return Generation(tuple(ids), tuple(logprobs), reason, text=text)
+
+
+DTYPES = ("auto", "float32", "bfloat16")
+
+
+def compute_dtype(model: PreTrainedModel, dtype: str, packed: bool) -> str:
+    """The GEMM dtype the sampler runs: ``auto`` is bf16 on a CPU with a native bf16 unit
+    (``packed.cpu_bf16``) and the packed path, else the weights' own. Logged once per choice."""
+    if dtype not in DTYPES:
+        raise ValueError(f"sampler dtype {dtype!r}: use one of {', '.join(DTYPES)}")
+    cpu = next(model.parameters()).device.type == "cpu"
+    unit = cpu_bf16() if cpu else None
+    if dtype == "auto":
+        dtype = "bfloat16" if cpu and packed and unit and supported(model) else "float32"
+    if dtype == "bfloat16" and not (cpu and packed and supported(model)):
+        raise ValueError(
+            "sampler dtype 'bfloat16' needs the packed oneDNN path on a CPU (packed_weights=True "
+            "and a CPU float model): use dtype 'float32' or 'auto'"
+        )
+    _log_choice(dtype, unit)
+    return dtype
+
+
+@functools.cache
+def _log_choice(dtype: str, unit: str | None) -> None:
+    if dtype == "bfloat16":
+        note = f"CPU has {unit}" if unit else "no native bf16 unit: emulated, likely slower"
+        LOG.info("embedded sampler: bf16 GEMMs on oneDNN-packed weights (%s), fp32 LM head", note)
+    else:
+        LOG.info("embedded sampler: fp32 GEMMs (no native bf16 unit, or dtype=float32)")
 
 
 def shared_prefix_len(prompts: list[list[int]]) -> int:

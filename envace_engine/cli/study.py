@@ -1,0 +1,148 @@
+"""``envace study``: the reproduction study (docs/study.md), and ``envace study report``.
+
+``envace study --config configs/study-toy.toml [--resume RUN] [--set key=value]`` trains every
+arm, evaluates every checkpoint and writes the report into the study's run folder (kind
+``study``); ``--resume`` continues a killed study from what ``study.json`` records.
+``envace study report RUN --format md|json`` prints the report of a study (finished or not).
+The arms and evaluations are runs of their own (``<study>--<arm>``, ``<study>--eval-<name>``,
+``<study>--fidelity-<name>``), written through ``storage``'s run writers, so the studio shows
+each of them too.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from envace_engine.config import ConfigError, build, data_root, load
+
+app = typer.Typer(
+    help="The reproduction study: arms from one SFT checkpoint, held-out evals, a report.",
+    invoke_without_command=True,
+)
+
+ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="study TOML config")]
+ResumeOpt = Annotated[str | None, typer.Option("--resume", help="study run id or dir to continue")]
+SetOpt = Annotated[list[str] | None, typer.Option("--set", help="override one key (repeatable)")]
+
+
+class WriterSinks:
+    """``study.runner.RunSinks`` on ``storage.shards.RunWriter`` runs under one data folder."""
+
+    def __init__(self, root: Path, suite: str) -> None:
+        self.root, self.suite = root, suite
+
+    def path(self, run_id: str) -> Path:
+        """``<root>/runs/<run_id>``."""
+        from storage.layout import run_dir
+
+        return run_dir(self.root, run_id)
+
+    @contextmanager
+    def open(self, run_id: str, kind: str, model: str, config: Mapping[str, Any]) -> Iterator[Any]:
+        """The run's writer: created the first time, reopened to continue it after that."""
+        from storage.layout import MANIFEST
+        from storage.shards import RunWriter
+
+        path = self.path(run_id)
+        if (path / MANIFEST).exists():
+            writer = RunWriter(path)
+        else:
+            writer = RunWriter.create(
+                self.root, kind, model=model, suite=self.suite, config=dict(config), run_id=run_id
+            )
+        with writer:
+            yield writer
+
+
+def _study_config(
+    config: Path | None, resume: str | None, overrides: list[str]
+) -> tuple[Any, Path | None]:
+    """The validated config, and the study folder when resuming."""
+    from envace_engine.study.config import StudyConfig
+    from storage.layout import read_manifest, run_dir
+
+    if resume is None:
+        if config is None:
+            raise ConfigError(
+                "pass --config FILE.toml (e.g. configs/study-toy.toml) or --resume RUN"
+            )
+        return load(StudyConfig, config, overrides), None
+    path = Path(resume) if Path(resume).is_dir() else run_dir(data_root(None), resume)
+    if not (path / "run.json").is_file():
+        raise ConfigError(f"--resume {resume}: no study at {path} (give a study run id or dir)")
+    manifest = read_manifest(path)
+    if manifest.kind != "study":
+        raise ConfigError(f"--resume {resume}: {path} is a {manifest.kind} run, not a study")
+    data = (
+        load(StudyConfig, config, overrides)
+        if config
+        else build(StudyConfig, manifest.config, overrides)
+    )
+    return data, path
+
+
+@app.callback()
+def study(
+    ctx: typer.Context,
+    config: ConfigOpt = None,
+    resume: ResumeOpt = None,
+    overrides: SetOpt = None,
+) -> None:
+    """Run (or --resume) the study of a config; see `envace study report` for its report."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from envace_engine.study.runner import run_study
+    from storage.shards import RunWriter
+
+    try:
+        cfg, folder = _study_config(config, resume, overrides or [])
+    except (ConfigError, ValueError) as err:
+        raise typer.BadParameter(str(err), param_hint="--config/--resume/--set") from err
+    root = data_root(cfg.root)
+    if folder is None:
+        writer = RunWriter.create(
+            root,
+            "study",
+            model=cfg.model,
+            suite=cfg.suite,
+            config=cfg.model_dump(mode="json"),
+            run_id=cfg.run_id,
+        )
+    else:
+        writer = RunWriter(folder)
+
+    def log(message: str) -> None:
+        typer.echo(message)
+        writer.progress(0, 1, message)
+
+    with writer:
+        run_study(cfg, writer.path, WriterSinks(root, cfg.suite), log)
+    typer.echo(f"study {writer.run_id}: report in {writer.path}/report.md")
+
+
+@app.command("report")
+def report(
+    run: Annotated[str, typer.Argument(help="study run id or run dir")],
+    fmt: Annotated[str, typer.Option("--format", help="md | json")] = "md",
+) -> None:
+    """Print a study's report (from its study.json; works while it runs)."""
+    from envace_engine.study.config import StudyConfig
+    from envace_engine.study.report import build_report, markdown
+    from envace_engine.study.state import StudyState
+    from storage.layout import read_manifest, run_dir
+
+    if fmt not in ("md", "json"):
+        raise typer.BadParameter(f"--format {fmt!r}: use md or json", param_hint="--format")
+    path = Path(run) if Path(run).is_dir() else run_dir(data_root(None), run)
+    state = StudyState.load(path)
+    if state is None:
+        raise typer.BadParameter(f"{path} holds no study.json: not a study run", param_hint="RUN")
+    cfg = build(StudyConfig, read_manifest(path).config)
+    body = build_report(cfg, state)
+    typer.echo(json.dumps(body, indent=1) if fmt == "json" else markdown(body))

@@ -1,0 +1,135 @@
+"""``StudyConfig``: one typed tree for ``envace study`` (a TOML file plus ``--set`` overrides).
+
+Arms (``ARMS``) all start from the same SFT checkpoint (``model``) and share ``[train]``: the same
+steps, batch shape, task order and seeds. What an arm changes is exactly its definition:
+
+* ``envace`` — rehearsal rollouts, both roles trained, role-wise baseline;
+* ``real-grpo`` — real-environment rollouts, act role trained (the interaction baseline);
+* ``act-only`` — rehearsal rollouts, rehearse role frozen;
+* ``shared-baseline`` — ``envace`` with one baseline for both roles;
+* ``simulator`` — a frozen copy of the SFT model answers the tools; act role trained.
+
+``[eval]`` says how every checkpoint (``base``, ``sft`` and each arm's last) is evaluated.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from envace_engine.config import (
+    EVAL_TEMPERATURE,
+    AdvantageSettings,
+    LossSettings,
+    OptimSettings,
+    ProbeSettings,
+    RolloutSettings,
+    Section,
+    TrainConfig,
+)
+
+ArmName = Literal["envace", "real-grpo", "act-only", "shared-baseline", "simulator"]
+ARMS: tuple[str, ...] = ("envace", "real-grpo", "act-only", "shared-baseline", "simulator")
+# What each arm sets in its TrainConfig on top of the shared [train] section.
+ARM_OVERRIDES: dict[str, dict[str, Any]] = {
+    "envace": {"mode": "envace"},
+    "real-grpo": {"mode": "real-grpo"},
+    "act-only": {"mode": "act-only"},
+    "shared-baseline": {"mode": "envace", "advantages": {"role_wise": False}},
+    "simulator": {"mode": "simulator"},
+}
+
+
+class StudyTrain(Section):
+    """What every arm shares (``TrainConfig`` keys; an arm adds only its mode/baseline)."""
+
+    split: str = "train"
+    task_filter: dict[str, str] = Field(default_factory=dict)
+    reward: Literal["state", "reference"] = "state"
+    steps: int = Field(40, ge=1)
+    tasks_per_step: int = Field(8, ge=1)
+    group_size: int = Field(4, ge=2)
+    micro_batch_tokens: int = Field(4096, ge=1)
+    bf16: bool = True
+    checkpoint_every: int = Field(1, ge=1, description="1: a killed arm repeats no step")
+    require_signal: bool = Field(
+        True,
+        description="mark an arm failed when no step had a row with a non-zero advantage "
+        "(no reward variance anywhere); false keeps such an arm (plumbing tests)",
+    )
+    rollout: RolloutSettings = RolloutSettings()
+    advantages: AdvantageSettings = AdvantageSettings()
+    loss: LossSettings = LossSettings()
+    optim: OptimSettings = OptimSettings()
+    probe: ProbeSettings = ProbeSettings()
+
+
+class StudyEval(Section):
+    """Held-out evaluation of each checkpoint (``study.evaluation``)."""
+
+    split: str = "validation"
+    n_tasks: int = Field(64, ge=1)
+    repeats: int = Field(2, ge=1)
+    budgets: tuple[int, ...] = (0, 1, 2)
+    modes: tuple[Literal["parallel", "sequential"], ...] = ("parallel", "sequential")
+    temperature: float = Field(EVAL_TEMPERATURE, gt=0)
+    memory_tokens: int = Field(96, ge=1)
+    bootstrap: int = Field(2000, ge=100, description="bootstrap resamples for the 95 % CIs")
+    base: bool = Field(True, description="also evaluate the base model (before SFT)")
+    base_examples: int = Field(
+        2,
+        ge=0,
+        description="worked examples in the base model's prompts (an untrained model writes "
+        "the call format only after seeing it; the trained checkpoints use their own record)",
+    )
+
+
+class StudyConfig(Section):
+    """Everything ``envace study`` needs (see the module docstring)."""
+
+    INHERITS_PROMPTS: ClassVar[bool] = True
+
+    model: str = Field(description="the SFT checkpoint every arm starts from")
+    base_model: str = Field("smollm2-135m", description="the model before SFT (row 'base')")
+    suite: str = "toy"
+    arms: tuple[ArmName, ...] = ("envace", "real-grpo", "act-only", "shared-baseline")
+    seed: int = 0
+    root: str | None = None
+    run_id: str | None = None
+    cost: str = Field("", description="what the full study costs on the reference machine")
+    train: StudyTrain = StudyTrain()
+    eval: StudyEval = StudyEval()
+    # Filled from ``model``'s checkpoint record by ``config.build`` (INHERITS_PROMPTS) and
+    # copied into [train].rollout; a study renders every prompt as the SFT checkpoint was trained.
+    rollout: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _checks(self) -> StudyConfig:
+        if not self.arms:
+            raise ValueError(f"arms is empty: choose from {', '.join(ARMS)}")
+        if len(set(self.arms)) != len(self.arms):
+            raise ValueError(f"arms {list(self.arms)} lists an arm twice")
+        if 0 not in self.eval.budgets:
+            raise ValueError("[eval] budgets must include 0 (the no-rehearsal row every Δ uses)")
+        return self
+
+    def arm_config(self, arm: str, run_id: str) -> TrainConfig:
+        """The ``TrainConfig`` of one arm: the shared [train] section plus the arm's override."""
+        if arm not in ARM_OVERRIDES:
+            raise ValueError(f"unknown arm {arm!r}: choose from {', '.join(ARMS)}")
+        data: dict[str, Any] = self.train.model_dump(exclude={"require_signal"})
+        explicit = {k: data["rollout"][k] for k in self.train.rollout.model_fields_set}
+        rollout = {**data["rollout"], **self.rollout, **explicit}  # [train.rollout] wins
+        data.update(
+            model=self.model,
+            suite=self.suite,
+            seed=self.seed,
+            root=self.root,
+            run_id=run_id,
+            keep_checkpoints=1,
+            rollout=rollout,
+        )
+        for key, value in ARM_OVERRIDES[arm].items():
+            data[key] = {**data[key], **value} if isinstance(value, dict) else value
+        return TrainConfig.model_validate(data)

@@ -1,0 +1,354 @@
+"""The study report: the paper-shaped test-time table, the world-model table, curves, verdicts.
+
+Everything is computed from ``study.json`` (``state``) alone, so ``envace study report`` and the
+studio page need no model. Estimates are means over held-out tasks with 95 % bootstrap
+intervals over tasks (``stats``); every difference is paired by task.
+
+Verdict rules (stated in the report too):
+
+* a "≥" claim is **supported** when the paired difference's mean is ≥ 0 and its interval lies
+  above −0.05 (non-inferiority by 5 points), **not supported** when the interval lies below 0,
+  else **inconclusive**;
+* a "more than" / "rises" claim is **supported** when the interval lies above 0, **not
+  supported** when it lies below 0, else **inconclusive**;
+* a claim whose arms did not run or failed is **not run**.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from envace_engine.study.config import StudyConfig
+from envace_engine.study.state import CheckpointEval, StudyState
+from envace_engine.study.stats import Estimate, bootstrap_mean, paired_difference
+
+REPORT_JSON = "report.json"
+REPORT_MD = "report.md"
+MARGIN = 0.05  # non-inferiority margin of "≥" claims
+PLAIN = "plain N=0"
+
+
+def _values(by_task: dict[str, float], tasks: list[str]) -> list[float]:
+    return [by_task[t] for t in tasks]
+
+
+def _common(*maps: dict[str, float]) -> list[str]:
+    keys = set(maps[0])
+    for m in maps[1:]:
+        keys &= set(m)
+    return sorted(keys)
+
+
+class Builder:
+    """Computes every table row and verdict from a study's state."""
+
+    def __init__(self, config: StudyConfig, state: StudyState) -> None:
+        self.config, self.state = config, state
+        self.resamples = config.eval.bootstrap
+        self.seed = config.seed
+
+    def est(self, values: list[float]) -> Estimate:
+        return bootstrap_mean(values, self.resamples, self.seed)
+
+    def diff(self, a: list[float], b: list[float]) -> Estimate:
+        return paired_difference(a, b, self.resamples, self.seed)
+
+    def plain(self, name: str) -> dict[str, float] | None:
+        record = self.state.evals.get(name)
+        result = record.settings.get(PLAIN) if record else None
+        return result.success if result else None
+
+    def table(self) -> list[dict[str, Any]]:
+        """One row per (checkpoint, setting): success, Δ vs N = 0, costs."""
+        rows = []
+        for name, record in self.state.evals.items():
+            base = self.plain(name)
+            for label, result in record.settings.items():
+                tasks = sorted(result.success)
+                row = {
+                    "checkpoint": name,
+                    "setting": label,
+                    "budget": result.budget,
+                    "mode": result.mode,
+                    "success": self.est(_values(result.success, tasks)).as_dict(),
+                    "delta": None,
+                    "reward": result.reward,
+                    "real_calls": result.real_calls,
+                    "rehearsal_tokens": result.rehearsal_tokens + result.memory_tokens,
+                    "wall_s": result.wall_s,
+                }
+                if base is not None and label != PLAIN:
+                    common = _common(result.success, base)
+                    d = self.diff(_values(result.success, common), _values(base, common))
+                    row["delta"] = d.as_dict()
+                rows.append(row)
+        return rows
+
+    def world(self) -> list[dict[str, Any]]:
+        """Per checkpoint: fidelity, real-response NLL, success real vs rehearsed, the gap."""
+        rows = []
+        for name, record in self.state.evals.items():
+            fid, real = record.fidelity, self.plain(name)
+            if fid is None:
+                continue
+            row: dict[str, Any] = {
+                "checkpoint": name,
+                "pairs": fid.pairs,
+                "exact": fid.exact,
+                "status_agree": fid.status_agree,
+                "real_nll": fid.real_nll,
+                "rehearsed_success": self.est(list(fid.rehearsed_success.values())).as_dict(),
+            }
+            if real is not None:
+                common = _common(real, fid.rehearsed_success)
+                row["real_success"] = self.est(_values(real, common)).as_dict()
+                row["gap"] = self.diff(
+                    _values(real, common), _values(fid.rehearsed_success, common)
+                ).as_dict()
+            rows.append(row)
+        return rows
+
+    def verdicts(self) -> list[dict[str, Any]]:
+        """One verdict per claim (a)–(e) of docs/study.md."""
+        return [
+            self.claim_a(),
+            self.claim_b(),
+            self.claim_c(),
+            self.claim_d(),
+            self.claim_e(),
+        ]
+
+    def _ready(self, *names: str) -> bool:
+        return all(n in self.state.evals and self.state.evals[n].settings for n in names)
+
+    def _fid(self, name: str) -> Any:
+        record: CheckpointEval | None = self.state.evals.get(name)
+        return record.fidelity if record else None
+
+    def claim_a(self) -> dict[str, Any]:
+        text = "(a) held-out rehearsal fidelity rises during EnvACE training"
+        sft, env = self._fid("sft"), self._fid("envace")
+        if sft is None or env is None:
+            return not_run(text, "needs the sft and envace fidelity evaluations")
+        common = _common(sft.exact_by_task, env.exact_by_task)
+        if not common:
+            return not_run(text, "no held-out task has rehearsed-vs-real pairs for both")
+        d = self.diff(_values(env.exact_by_task, common), _values(sft.exact_by_task, common))
+        curve = [
+            p["heldout/fidelity_exact"]
+            for _, p in sorted(
+                self.state.curves.get("envace", {}).items(), key=lambda kv: int(kv[0])
+            )
+            if "heldout/fidelity_exact" in p
+        ]
+        evidence = (
+            f"exact match {fmt(sft.exact)} (sft) -> {fmt(env.exact)} (envace); per-task paired "
+            f"Δ {fmt_est(d)}; probe curve {' -> '.join(fmt(v) for v in curve) or 'n/a'}"
+        )
+        return verdict(text, greater(d), evidence)
+
+    def _plain_diff(self, a: str, b: str) -> Estimate:
+        pa, pb = self.plain(a), self.plain(b)
+        assert pa is not None and pb is not None
+        common = _common(pa, pb)
+        return self.diff(_values(pa, common), _values(pb, common))
+
+    def claim_b(self) -> dict[str, Any]:
+        text = "(b) real-env success of envace ≥ real-grpo at equal steps"
+        if not self._ready("envace", "real-grpo"):
+            return not_run(text, "needs the envace and real-grpo arms")
+        d = self._plain_diff("envace", "real-grpo")
+        return verdict(text, at_least(d), f"success Δ (envace − real-grpo) {fmt_est(d)}")
+
+    def _setting(self, name: str, label: str) -> dict[str, float] | None:
+        record = self.state.evals.get(name)
+        result = record.settings.get(label) if record else None
+        return result.success if result else None
+
+    def claim_c(self) -> dict[str, Any]:
+        text = "(c) parallel rehearsal at N = 2 helps the envace policy more than the SFT policy"
+        label = "parallel N=2"
+        found = [self._setting(n, lab) for n in ("envace", "sft") for lab in (label, PLAIN)]
+        maps = [m for m in found if m is not None]
+        if len(maps) < len(found):
+            return not_run(text, f"needs {label} and {PLAIN} of sft and envace")
+        e2, e0, s2, s0 = maps
+        common = _common(e2, e0, s2, s0)
+        gains = [e2[t] - e0[t] - (s2[t] - s0[t]) for t in common]
+        d = self.est(gains)
+        de = self.diff(_values(e2, common), _values(e0, common))
+        ds = self.diff(_values(s2, common), _values(s0, common))
+        evidence = f"Δ envace {fmt_est(de)}, Δ sft {fmt_est(ds)}, difference {fmt_est(d)}"
+        return verdict(text, greater(d), evidence)
+
+    def claim_d(self) -> dict[str, Any]:
+        text = "(d) role-wise vs shared baseline"
+        if not self._ready("envace", "shared-baseline"):
+            return not_run(text, "needs the envace and shared-baseline arms")
+        d = self._plain_diff("envace", "shared-baseline")
+        fe, fs = self._fid("envace"), self._fid("shared-baseline")
+        exact = f"; exact match {fmt(fe.exact)} vs {fmt(fs.exact)}" if fe and fs else ""
+        result = greater(d)
+        label = {"supported": "role-wise better", "not supported": "shared better"}.get(
+            result, "no difference detected"
+        )
+        return {
+            "claim": text,
+            "verdict": label,
+            "evidence": f"success Δ (role-wise − shared) {fmt_est(d)}{exact}",
+        }
+
+    def claim_e(self) -> dict[str, Any]:
+        text = (
+            "(e) target: envace closes ≥ half of the SFT policy's rehearsed-vs-real success gap, "
+            "held-out rehearsal exact match > 60 %, real-env success does not drop"
+        )
+        world = {r["checkpoint"]: r for r in self.world()}
+        if "sft" not in world or "envace" not in world or "gap" not in world["sft"]:
+            return not_run(text, "needs the sft and envace evaluations")
+        gap_sft, gap_env = world["sft"]["gap"]["mean"], world["envace"].get("gap", {}).get("mean")
+        closed = None if gap_env is None or gap_sft <= 0 else 1 - gap_env / gap_sft
+        exact = world["envace"]["exact"] or 0.0
+        drop = self._plain_diff("envace", "sft")
+        parts = {
+            "gap closed ≥ 50 %": closed is not None and closed >= 0.5,
+            "exact > 60 %": exact > 0.6,
+            "no drop": drop.high >= 0,
+        }
+        evidence = (
+            f"gap {fmt(gap_sft)} (sft) -> {fmt(gap_env)} (envace), closed "
+            f"{fmt(closed)}; exact {fmt(exact)}; success Δ (envace − sft) {fmt_est(drop)}; "
+            + ", ".join(f"{k}: {'yes' if v else 'no'}" for k, v in parts.items())
+        )
+        return {
+            "claim": text,
+            "verdict": "met" if all(parts.values()) else "not met",
+            "evidence": evidence,
+        }
+
+
+def greater(d: Estimate) -> str:
+    if d.low > 0:
+        return "supported"
+    if d.high < 0:
+        return "not supported"
+    return "inconclusive"
+
+
+def at_least(d: Estimate) -> str:
+    if d.mean >= 0 and d.low > -MARGIN:
+        return "supported"
+    if d.high < 0:
+        return "not supported"
+    return "inconclusive"
+
+
+def verdict(claim: str, result: str, evidence: str) -> dict[str, Any]:
+    return {"claim": claim, "verdict": result, "evidence": evidence}
+
+
+def not_run(claim: str, why: str) -> dict[str, Any]:
+    return {"claim": claim, "verdict": "not run", "evidence": why}
+
+
+def fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def fmt_est(e: Estimate) -> str:
+    return f"{e.mean:+.3f} [{e.low:+.3f}, {e.high:+.3f}]"
+
+
+def build_report(config: StudyConfig, state: StudyState) -> dict[str, Any]:
+    """The whole report as JSON-ready data."""
+    b = Builder(config, state)
+    return {
+        "study_id": state.study_id,
+        "status": state.status,
+        "suite": config.suite,
+        "model": config.model,
+        "cost": config.cost,
+        "eval": config.eval.model_dump(mode="json"),
+        "steps": config.train.steps,
+        "arms": {k: vars(v) for k, v in state.arms.items()},
+        "table": b.table(),
+        "world": b.world(),
+        "curves": state.curves,
+        "verdicts": b.verdicts(),
+        "rules": {
+            "at_least": f"mean ≥ 0 and 95 % CI above −{MARGIN}",
+            "greater": "95 % CI above 0",
+        },
+    }
+
+
+def write_report(report: dict[str, Any], folder: Path) -> None:
+    """``report.json`` and ``report.md`` in ``folder`` (each written atomically)."""
+    for name, text in ((REPORT_JSON, json.dumps(report, indent=1)), (REPORT_MD, markdown(report))):
+        path = Path(folder) / name
+        tmp = path.with_name(f".{name}.tmp{os.getpid()}")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+
+
+def _ci(e: dict[str, float] | None, pct: bool = True) -> str:
+    if e is None:
+        return "—"
+    k = 100 if pct else 1
+    return f"{e['mean'] * k:+.1f} [{e['low'] * k:+.1f}, {e['high'] * k:+.1f}]"
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The report as Markdown: verdicts, the test-time table, the world-model table, arms."""
+    lines = [f"# Study {report['study_id']} ({report['status']})", ""]
+    lines += [
+        f"Suite `{report['suite']}`, SFT checkpoint `{report['model']}`, "
+        f"{report['steps']} steps per arm. {report['cost']}".rstrip(),
+        "",
+    ]
+    lines += ["## Verdicts", ""]
+    lines += [f"* **{v['verdict']}** — {v['claim']}: {v['evidence']}" for v in report["verdicts"]]
+    lines += [
+        "",
+        f"Rules: ≥ claims {report['rules']['at_least']}; others {report['rules']['greater']}.",
+        "",
+    ]
+    lines += ["## Test-time rehearsal (success %, 95 % CI over tasks)", ""]
+    lines += [
+        "| checkpoint | setting | success | Δ vs N=0 | real calls | rehearsal tokens |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in report["table"]:
+        s = r["success"]
+        lines.append(
+            f"| {r['checkpoint']} | {r['setting']} | {s['mean'] * 100:.1f} "
+            f"[{s['low'] * 100:.1f}, {s['high'] * 100:.1f}] | {_ci(r['delta'])} | "
+            f"{r['real_calls']:.2f} | {r['rehearsal_tokens']:.0f} |"
+        )
+    lines += ["", "## World model (held-out, ungrounded rehearsal)", ""]
+    lines += [
+        "| checkpoint | exact | status agree | real NLL | success real | success rehearsed | gap |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for w in report["world"]:
+        lines.append(
+            f"| {w['checkpoint']} | {fmt(w['exact'])} | {fmt(w['status_agree'])} | "
+            f"{fmt(w['real_nll'])} | {_ci(w.get('real_success'))} | "
+            f"{_ci(w['rehearsed_success'])} | {_ci(w.get('gap'))} |"
+        )
+    lines += [
+        "",
+        "## Arms",
+        "",
+        "| arm | status | steps | minutes | reason |",
+        "|---|---|---|---|---|",
+    ]
+    for name, a in report["arms"].items():
+        minutes = a["seconds"] / 60
+        lines.append(
+            f"| {name} | {a['status']} | {a['steps_done']} | {minutes:.1f} | {a['reason']} |"
+        )
+    return "\n".join(lines) + "\n"

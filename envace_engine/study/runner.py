@@ -1,0 +1,267 @@
+"""``run_study``: train every arm, evaluate every checkpoint, write the report — resumably.
+
+Order: the arms one after another (each an ``envace train`` run with a checkpoint every step, so a
+kill loses at most the step in flight and a resumed arm repeats none: the step is redone from the
+same checkpoint, seeds and task position, and its stored output is replaced whole), then the
+held-out evaluations (``base``, ``sft``, each finished arm's last checkpoint), then the report.
+``study.json`` (``state``) records each finished unit the moment it finishes.
+
+An arm that diverges — a NaN loss, or no row with a non-zero advantage in any step (no reward
+variance anywhere: nothing to learn) — is marked failed with that reason; the others go on and
+the report shows it. A programmer error still raises.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any, Protocol
+
+from envace_engine.environments import get_suite
+from envace_engine.rollout.loop import RolloutConfig
+from envace_engine.rollout.rewards import state_reward
+from envace_engine.sink import Sink
+from envace_engine.study.config import StudyConfig
+from envace_engine.study.evaluation import (
+    EvalPlan,
+    Policy,
+    evaluate_fidelity,
+    evaluate_settings,
+    plan_settings,
+)
+from envace_engine.study.report import build_report, write_report
+from envace_engine.study.state import ArmState, CheckpointEval, StudyState
+from envace_engine.types import Episode
+
+# Step metrics an arm's curves keep (the report plots them; the arm's run has all of them).
+CURVE_METRICS = (
+    "reward/mean",
+    "success/real",
+    "fidelity/exact",
+    "fidelity/status_agree",
+    "adv/act/nonzero",
+    "adv/rehearse/nonzero",
+    "optim/rows_forward",
+    "loss",
+    "perf/step_s",
+    "perf/rollout_s",
+    "perf/train_s",
+    "rollout/logprob_diff",
+    "rollout/mismatch_kl",
+    "heldout/success",
+    "heldout/rehearsed_success",
+    "heldout/gap",
+    "heldout/fidelity_exact",
+    "heldout/status_agree",
+    "heldout/real_nll",
+)
+
+
+STUDY_EVAL_SLOTS = 64  # decode slots of an evaluation's sampler: 64 tasks x 2 repeats at once
+
+
+class RunSinks(Protocol):
+    """Where the study's runs live (the CLI backs it with ``storage``'s run writers)."""
+
+    def path(self, run_id: str) -> Path:
+        """The folder of run ``run_id`` (it may not exist yet)."""
+        ...
+
+    def open(
+        self, run_id: str, kind: str, model: str, config: Mapping[str, Any]
+    ) -> AbstractContextManager[Sink]:
+        """A sink writing run ``run_id`` (created, or reopened to continue it)."""
+        ...
+
+
+class ArmDiverged(RuntimeError):
+    """An arm's training produced a NaN loss; the message says at which step."""
+
+
+class CurveSink:
+    """Forwards everything to the arm's run and keeps its curve points in the study state."""
+
+    def __init__(self, inner: Sink, state: StudyState, arm: str, save: Callable[[], None]):
+        self.inner, self.state, self.arm, self.save = inner, state, arm, save
+
+    def episodes(self, step: int, episodes: Sequence[Episode]) -> None:
+        """Forward a step's episodes."""
+        self.inner.episodes(step, episodes)
+
+    def metrics(self, step: int, metrics: Mapping[str, float]) -> None:
+        """Forward, record the curve metrics, and stop the arm on a NaN loss."""
+        self.inner.metrics(step, metrics)
+        point = {k: float(metrics[k]) for k in CURVE_METRICS if k in metrics}
+        curve = self.state.curves.setdefault(self.arm, {})
+        curve[str(step)] = {**curve.get(str(step), {}), **point}
+        arm = self.state.arms[self.arm]
+        if "loss" in metrics:
+            arm.steps_done = max(arm.steps_done, step + 1)
+        self.save()
+        if "loss" in metrics and not math.isfinite(float(metrics["loss"])):
+            raise ArmDiverged(f"loss is {metrics['loss']} at step {step}")
+
+    def progress(self, done: int, total: int, message: str = "") -> None:
+        """Forward progress."""
+        self.inner.progress(done, total, message)
+
+
+def run_study(
+    config: StudyConfig, study_dir: Path, sinks: RunSinks, log: Callable[[str], None]
+) -> StudyState:
+    """Run (or continue) the study stored in ``study_dir``; return its final state."""
+    from envace_engine.models import resolve
+
+    resolve(config.model)  # a missing SFT checkpoint fails here, naming the path
+    study_id = Path(study_dir).name
+    state = StudyState.load(study_dir) or StudyState(study_id)
+    for arm in config.arms:
+        state.arms.setdefault(arm, ArmState(run_id=f"{study_id}--{arm}"))
+
+    def save() -> None:
+        state.save(study_dir)
+
+    def publish() -> None:  # a unit finished: the studio's report follows
+        save()
+        write_report(build_report(config, state), study_dir)
+
+    save()
+    for arm in config.arms:
+        train_arm(config, arm, state, sinks, save, log)
+        publish()
+    evaluate_all(config, state, sinks, save, log, publish)
+    state.status = "done"
+    publish()
+    return state
+
+
+def train_arm(
+    config: StudyConfig,
+    arm: str,
+    state: StudyState,
+    sinks: RunSinks,
+    save: Callable[[], None],
+    log: Callable[[str], None],
+) -> None:
+    """Train one arm to its last step (resuming its run), unless it is done or failed."""
+    from envace_engine.training.checkpoint import latest
+    from envace_engine.training.trainer import train
+
+    record = state.arms[arm]
+    if record.status in ("done", "failed"):
+        return
+    cfg = config.arm_config(arm, record.run_id)
+    record.status = "running"
+    save()
+    log(f"arm {arm}: training {cfg.steps} steps (run {record.run_id})")
+    started = time.perf_counter()
+    run_dir = sinks.path(record.run_id)
+    try:
+        with sinks.open(record.run_id, "train", cfg.model, cfg.model_dump(mode="json")) as sink:
+            train(cfg, run_dir, CurveSink(sink, state, arm, save), resume=True)
+    except ArmDiverged as err:
+        record.status, record.reason = "failed", f"diverged: {err}"
+    finally:
+        record.seconds += time.perf_counter() - started
+    if record.status == "running":
+        trained = sum(p.get("optim/rows_forward", 0.0) for p in state.curves.get(arm, {}).values())
+        found = latest(run_dir)
+        if trained == 0 and config.train.require_signal:
+            record.status = "failed"
+            record.reason = "no reward variance: no group of any step had a non-zero advantage"
+        elif found is None:
+            record.status, record.reason = "failed", f"no checkpoint in {run_dir}"
+        else:
+            record.status, record.checkpoint = "done", str(found)
+    save()
+    log(f"arm {arm}: {record.status} {record.reason}".rstrip())
+
+
+def checkpoints(config: StudyConfig, state: StudyState) -> list[tuple[str, str]]:
+    """(name, model) of every checkpoint to evaluate: base, sft, each finished arm."""
+    out = [("base", config.base_model)] if config.eval.base else []
+    out.append(("sft", config.model))
+    out += [(arm, state.arms[arm].checkpoint) for arm in config.arms if state.arms[arm].checkpoint]
+    return out
+
+
+def evaluate_all(
+    config: StudyConfig,
+    state: StudyState,
+    sinks: RunSinks,
+    save: Callable[[], None],
+    log: Callable[[str], None],
+    publish: Callable[[], None],
+) -> None:
+    """Evaluate every checkpoint at every setting, then in its rehearsed world (resumable)."""
+    plan = make_plan(config)
+    for name, model in checkpoints(config, state):
+        record = state.evals.setdefault(
+            name, CheckpointEval(model, f"{state.study_id}--eval-{name}")
+        )
+        if len(record.settings) == len(plan.settings) and record.fidelity is not None:
+            continue
+        log(f"eval {name}: {model}")
+        policy = load_policy(name, model, config)
+        here = plan
+        if name == "base":
+            rollout = dataclasses.replace(plan.rollout, n_examples=config.eval.base_examples)
+            here = dataclasses.replace(plan, rollout=rollout)
+        meta = {"study": state.study_id, "checkpoint": name}
+
+        def keep(result: Any, record: CheckpointEval = record) -> None:
+            record.settings[result.label] = result
+            save()
+
+        with sinks.open(record.run_id, "sweep", model, meta) as sink:
+            evaluate_settings(policy, here, sink, list(record.settings), keep)
+        if record.fidelity is None:
+            fid_id = f"{state.study_id}--fidelity-{name}"
+            with sinks.open(fid_id, "eval", model, meta) as sink:
+                record.fidelity = evaluate_fidelity(policy, here, sink)
+        publish()
+        del policy
+
+
+def make_plan(config: StudyConfig) -> EvalPlan:
+    """The held-out tasks, settings and rollout settings every checkpoint is evaluated with."""
+    e = config.eval
+    suite = get_suite(config.suite)
+    filtered = [
+        t
+        for t in suite.tasks(e.split)
+        if all(str(t.meta.get(k)) == v for k, v in config.train.task_filter.items())
+    ]
+    if not filtered:
+        raise ValueError(f"no {config.suite}/{e.split} task matches the study's task_filter")
+    rollout = config.arm_config("envace", "plan").rollout.model_dump(exclude={"sampler_batch_size"})
+    rollout["temperature"] = e.temperature
+    return EvalPlan(
+        suite=suite,
+        tasks=tuple(filtered[: e.n_tasks]),
+        pool=tuple(suite.tasks(config.train.split)),
+        settings=plan_settings(e.budgets, e.modes),
+        rollout=RolloutConfig(**rollout),
+        repeats=e.repeats,
+        memory_tokens=e.memory_tokens,
+        success=state_reward(suite),
+        seed=config.seed,
+    )
+
+
+def load_policy(name: str, model: str, config: StudyConfig) -> Policy:
+    """A checkpoint's sampler, tokenizer and (local checkpoints) transformers model."""
+    from envace_engine.models import load_model, load_tokenizer, resolve
+    from envace_engine.samplers import make_sampler
+
+    spec = resolve(model)
+    tokenizer = load_tokenizer(spec)
+    if spec.kind != "hf":
+        return Policy(name, make_sampler(spec, tokenizer=tokenizer), tokenizer, None)
+    hf = load_model(spec)
+    sampler = make_sampler(spec, model=hf, tokenizer=tokenizer, batch_size=STUDY_EVAL_SLOTS)
+    return Policy(name, sampler, tokenizer, hf)

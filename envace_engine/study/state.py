@@ -1,0 +1,117 @@
+"""What a study has done so far, kept as ``study.json`` in its run folder (atomic rewrites).
+
+A study is resumable because every finished unit is recorded here the moment it finishes: an
+arm's status and last checkpoint; each curve point an arm's steps produced; each evaluated
+(checkpoint, setting) with its per-task results; each checkpoint's fidelity evaluation. A
+killed study reads this file back and skips what is recorded (an arm itself resumes from its
+newest checkpoint, saved every step). The file is plain JSON, so the studio and
+``envace study report`` read it without running anything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+STATE_FILE = "study.json"
+ARM_STATUSES = ("pending", "running", "done", "failed")
+
+
+@dataclass
+class ArmState:
+    """One arm: its train run, how far it got, and why it failed (if it did)."""
+
+    run_id: str
+    status: str = "pending"
+    steps_done: int = 0
+    checkpoint: str = ""  # the model dir of its last checkpoint, once done
+    reason: str = ""
+    seconds: float = 0.0  # wall time spent training it (all sessions together)
+
+
+@dataclass
+class SettingResult:
+    """One checkpoint at one test-time setting: per-task success rates and costs."""
+
+    label: str  # "plain N=0", "parallel N=2", ...
+    budget: int
+    mode: str  # "none" | "parallel" | "sequential"
+    success: dict[str, float]  # task id -> successes / repeats
+    reward: float
+    real_calls: float
+    act_tokens: float
+    rehearsal_tokens: float
+    memory_tokens: float
+    wall_s: float
+
+
+@dataclass
+class FidelityResult:
+    """One checkpoint in its own rehearsed world: per-task success there, and pair fidelity."""
+
+    rehearsed_success: dict[str, float]  # task id -> successes / repeats (rehearsal mode)
+    pairs: int
+    exact: float | None
+    status_agree: float | None
+    score: float | None
+    real_nll: float | None
+    wall_s: float
+    exact_by_task: dict[str, float] = field(default_factory=dict)  # tasks with pairs only
+
+
+@dataclass
+class CheckpointEval:
+    """Everything evaluated for one checkpoint (``base``, ``sft`` or an arm's last)."""
+
+    model: str
+    run_id: str
+    settings: dict[str, SettingResult] = field(default_factory=dict)
+    fidelity: FidelityResult | None = None
+    error: str = ""
+
+
+@dataclass
+class StudyState:
+    """The whole study's progress (see the module docstring)."""
+
+    study_id: str
+    arms: dict[str, ArmState] = field(default_factory=dict)
+    curves: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)  # arm/step/name
+    evals: dict[str, CheckpointEval] = field(default_factory=dict)
+    status: str = "running"
+
+    def save(self, folder: Path) -> None:
+        """Write ``study.json`` to a temporary sibling, then rename (never half a file)."""
+        path = Path(folder) / STATE_FILE
+        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+        tmp.write_text(json.dumps(asdict(self), indent=1, sort_keys=True), encoding="utf-8")
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, folder: Path) -> StudyState | None:
+        """The saved state of the study in ``folder``, or None if it has none yet."""
+        path = Path(folder) / STATE_FILE
+        if not path.is_file():
+            return None
+        return from_dict(json.loads(path.read_text(encoding="utf-8")))
+
+
+def from_dict(body: dict[str, Any]) -> StudyState:
+    """A ``StudyState`` from its JSON form (``asdict``)."""
+    evals = {}
+    for name, raw in body.get("evals", {}).items():
+        settings = {k: SettingResult(**v) for k, v in raw.get("settings", {}).items()}
+        fidelity = FidelityResult(**raw["fidelity"]) if raw.get("fidelity") else None
+        evals[name] = CheckpointEval(
+            raw["model"], raw["run_id"], settings, fidelity, raw.get("error", "")
+        )
+    return StudyState(
+        study_id=body["study_id"],
+        arms={k: ArmState(**v) for k, v in body.get("arms", {}).items()},
+        curves=body.get("curves", {}),
+        evals=evals,
+        status=body.get("status", "running"),
+    )

@@ -1,0 +1,219 @@
+"""Held-out probes during training: how the policy does on tasks it never trains on, as it trains.
+
+Every ``ProbeSettings.every`` steps (and at step 0) the trainer runs, with the current weights:
+
+* a **real** rollout of the probe tasks (the real tools answer): ``heldout/success``,
+  ``heldout/reward``;
+* a **rehearsal** rollout of the same tasks, ungrounded (as at test time), with a shadow real
+  environment: ``heldout/rehearsed_success`` (task success inside the policy's own rehearsed
+  world, scored by replaying its calls for real), the fidelity tiers of every rehearsed-vs-real
+  pair (``heldout/fidelity_exact``, ``heldout/status_agree``), and ``heldout/real_nll``: the
+  mean negative log-likelihood per token of the *real* response after the rehearse prompt (how
+  surprised the world role is by the truth; lower is better);
+* ``heldout/gap`` = success − rehearsed_success, the rehearsed-vs-real gap EnvACE aims to close.
+
+The probe never trains and never touches the training task order or RNG streams (its seeds
+derive from the run's seed and the step), so a run with probes trains exactly as one without.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from envace_engine.config import ProbeSettings, TrainConfig
+from envace_engine.environments.base import Suite
+from envace_engine.fidelity.metrics import compare
+from envace_engine.rollout.loop import RolloutConfig, rollout
+from envace_engine.rollout.prompts import rehearse_target
+from envace_engine.rollout.rewards import RewardFn
+from envace_engine.rollout.tokens import ChatTokenizer
+from envace_engine.samplers.base import Sampler
+from envace_engine.seeds import derive_seed
+from envace_engine.types import Episode, Mode, Task
+
+NLL_BATCH = 8  # rehearse prompts scored per forward (they share the rehearse instructions)
+
+
+def select_probe_tasks(
+    suite: Suite, settings: ProbeSettings, task_filter: dict[str, str]
+) -> list[Task]:
+    """The first ``n_tasks`` tasks of the probe split that match the run's ``task_filter``."""
+    tasks = [
+        t
+        for t in suite.tasks(settings.split)
+        if all(str(t.meta.get(k)) == v for k, v in task_filter.items())
+    ]
+    if not tasks:
+        raise ValueError(
+            f"probe: no {suite.name}/{settings.split} task matches task_filter={task_filter}: "
+            "set [probe] split or every = 0"
+        )
+    return tasks[: settings.n_tasks]
+
+
+def run_probe(
+    config: TrainConfig,
+    step: int,
+    tasks: Sequence[Task],
+    suite: Suite,
+    sampler: Sampler,
+    tokenizer: Any,
+    model: Any,
+    success: RewardFn,
+) -> dict[str, float]:
+    """All ``heldout/*`` metrics of one probe (see the module docstring)."""
+    p = config.probe
+    r = config.rollout.model_dump(exclude={"sampler_batch_size"})
+    r.update(temperature=p.temperature, grounded_rehearsal=False)
+    real_cfg = RolloutConfig(mode=Mode.REAL, seed=derive_seed(config.seed, "probe", step, 0), **r)
+    imag_cfg = dataclasses.replace(
+        real_cfg, mode=Mode.REHEARSAL, seed=derive_seed(config.seed, "probe", step, 1)
+    )
+    real = rollout(tasks, suite, sampler, tokenizer, real_cfg, p.repeats, run_id=f"pr{step}")
+    world = check_world(
+        tasks, suite, sampler, tokenizer, model, imag_cfg, p.repeats, success, f"pi{step}"
+    )
+    by_id = {t.id: t for t in tasks}
+    out = {
+        "heldout/success": _mean(list(per_task_success(real, by_id, success).values())),
+        "heldout/reward": _mean([success(by_id[e.task_id], e) for e in real]),
+        **{f"heldout/{k}": v for k, v in world.metrics.items()},
+    }
+    out["heldout/gap"] = out["heldout/success"] - out["heldout/rehearsed_success"]
+    return out
+
+
+@dataclass(frozen=True)
+class WorldCheck:
+    """The policy inside its own rehearsed world: episodes, per-task success, pair fidelity."""
+
+    episodes: list[Episode]
+    per_task: dict[str, float]  # task id -> full successes / repeats
+    metrics: dict[str, float]  # rehearsed_success, pairs, fidelity_exact, ..., real_nll
+    exact_by_task: dict[str, float]  # task id -> share of its pairs that are exact
+
+
+def check_world(
+    tasks: Sequence[Task],
+    suite: Suite,
+    sampler: Sampler,
+    tokenizer: Any,
+    model: Any | None,
+    config: RolloutConfig,
+    repeats: int,
+    success: RewardFn,
+    run_id: str,
+) -> WorldCheck:
+    """A rehearsal rollout of ``tasks`` (``config``: rehearsal mode, ungrounded, with a shadow
+    real environment) and everything it says about the world model. ``model`` (the policy's
+    transformers model) scores the real responses' NLL; None skips it (a served model)."""
+    if config.mode is not Mode.REHEARSAL or config.grounded_rehearsal or not config.shadow_real:
+        raise ValueError("check_world needs an ungrounded rehearsal rollout with a shadow env")
+    episodes = rollout(tasks, suite, sampler, tokenizer, config, repeats, run_id=run_id)
+    per_task = per_task_success(episodes, {t.id: t for t in tasks}, success)
+    metrics = {"rehearsed_success": _mean(list(per_task.values())), **pair_metrics(episodes)}
+    if model is not None:
+        nll = real_nll(model, ChatTokenizer(tokenizer), episodes)
+        if nll is not None:
+            metrics["real_nll"] = nll
+    return WorldCheck(episodes, per_task, metrics, exact_by_task(episodes))
+
+
+def exact_by_task(episodes: Sequence[Episode]) -> dict[str, float]:
+    """Per task, the share of its rehearsed-vs-real pairs that match exactly (tasks with
+    pairs only)."""
+    hits: dict[str, list[bool]] = {}
+    for e in episodes:
+        for c in e.calls:
+            if c.shown == "rehearsed" and c.real is not None:
+                hits.setdefault(e.task_id, []).append(compare(c.rehearsed, c.real).exact)
+    return {task: sum(v) / len(v) for task, v in hits.items()}
+
+
+def _mean(values: Sequence[float | None]) -> float:
+    scored = [v for v in values if v is not None]
+    return sum(scored) / len(scored) if scored else 0.0
+
+
+def per_task_success(
+    episodes: Sequence[Episode], by_id: dict[str, Task], success: RewardFn
+) -> dict[str, float]:
+    """Per task, the share of its episodes whose replayed calls fully succeed (reward 1)."""
+    hits: dict[str, list[float]] = {}
+    for e in episodes:
+        value = success(by_id[e.task_id], e)
+        hits.setdefault(e.task_id, []).append(1.0 if value is not None and value >= 1.0 else 0.0)
+    return {task: sum(v) / len(v) for task, v in hits.items()}
+
+
+def pair_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
+    """Fidelity tiers over the rehearsed-vs-real pairs (an unparseable rehearsal fails all)."""
+    pairs = [
+        compare(c.rehearsed, c.real)
+        for e in episodes
+        for c in e.calls
+        if c.shown == "rehearsed" and c.real is not None
+    ]
+    if not pairs:
+        return {"pairs": 0.0}
+    n = len(pairs)
+    return {
+        "pairs": float(n),
+        "fidelity_exact": sum(p.exact for p in pairs) / n,
+        "status_agree": sum(p.status_agree for p in pairs) / n,
+        "fidelity_score": sum(p.score for p in pairs) / n,
+    }
+
+
+def real_nll(model: Any, chat: ChatTokenizer, episodes: Sequence[Episode]) -> float | None:
+    """Mean NLL per token of each rehearsal's *real* result (as the world role's target text:
+    ``<execution_result>…</execution_result>`` + end of turn) after its rehearse prompt."""
+    import torch
+
+    from envace_engine.logprobs import completion_logprobs
+    from envace_engine.rollout.parsing import result_to_json
+    from envace_engine.training.batching import collate
+    from envace_engine.types import Role, TrainRow
+
+    rows = []
+    for episode in episodes:
+        for rehearsal in episode.rehearsals:
+            real = episode.calls[rehearsal.call_index].real
+            if real is None:
+                continue
+            target = (*chat.encode(rehearse_target(result_to_json(real))), chat.eos_id)
+            rows.append(
+                TrainRow(
+                    "probe",
+                    "probe",
+                    Role.REHEARSE,
+                    rehearsal.prompt_ids,
+                    target,
+                    (0.0,) * len(target),
+                    None,
+                )
+            )
+    if not rows:
+        return None
+    rows.sort(key=lambda r: r.prompt_ids)  # neighbours share the rehearse instructions
+    total, count = 0.0, 0
+    pad = chat.eos_id
+    for start in range(0, len(rows), NLL_BATCH):
+        batch = collate(
+            rows[start : start + NLL_BATCH], [0.0] * len(rows[start : start + NLL_BATCH]), pad, True
+        )
+        with torch.inference_mode():
+            lp = completion_logprobs(
+                model,
+                batch.input_ids,
+                batch.attention_mask,
+                batch.completion_mask,
+                prefix_ids=batch.prefix_ids,
+            )
+        mask = batch.completion_mask.bool()
+        total += float(-lp[mask].sum())
+        count += int(mask.sum())
+    return total / max(count, 1)

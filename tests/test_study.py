@@ -1,0 +1,86 @@
+"""The study's plumbing on the ``tiny`` profile: every arm, evaluation and the report; resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from envace_engine.config import ConfigError, build, load
+from envace_engine.study.config import ARMS, StudyConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ROOT / "configs" / "study-tiny.toml"
+VOLATILE = ("wall_s", "seconds", "perf/")  # timings differ between two runs, nothing else may
+
+
+def _study(home: Path, *args: str) -> subprocess.Popen:
+    env = {**os.environ, "ENVACE_HOME": str(home)}
+    cmd = [sys.executable, "-m", "envace_engine.cli", "study", *args]
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def _stable(value):
+    if isinstance(value, dict):
+        return {k: _stable(v) for k, v in value.items() if not any(s in k for s in VOLATILE)}
+    if isinstance(value, list):
+        return [_stable(v) for v in value]
+    return value
+
+
+def _report(home: Path) -> dict:
+    return json.loads((home / "runs" / "study-tiny" / "report.json").read_text())
+
+
+def test_arm_configs_differ_only_by_their_definition():
+    cfg = load(StudyConfig, TINY)
+    arms = {a: cfg.arm_config(a, f"r-{a}") for a in ARMS}
+    assert arms["envace"].mode == "envace" and arms["envace"].advantages.role_wise
+    assert not arms["shared-baseline"].advantages.role_wise
+    assert {a.mode for a in arms.values()} == {"envace", "real-grpo", "act-only", "simulator"}
+    shared = {(a.steps, a.tasks_per_step, a.group_size, a.seed, a.model) for a in arms.values()}
+    assert len(shared) == 1 and all(a.checkpoint_every == 1 for a in arms.values())
+
+
+def test_bad_study_configs_name_the_problem():
+    with pytest.raises(ConfigError, match="arms"):
+        build(StudyConfig, {"model": "tiny", "arms": ["envace", "moon"]})
+    with pytest.raises(ConfigError, match="budgets must include 0"):
+        build(StudyConfig, {"model": "tiny", "eval": {"budgets": [1, 2]}})
+    with pytest.raises(ConfigError, match=r"unknown key 'train\.stpes'"):
+        build(StudyConfig, {"model": "tiny", "train": {"stpes": 3}})
+
+
+@pytest.mark.slow
+def test_tiny_study_runs_every_arm_and_a_killed_study_resumes_to_the_same_report(tmp_path):
+    whole, broken = tmp_path / "whole", tmp_path / "broken"
+    done = _study(whole, "--config", str(TINY))
+    assert done.wait(timeout=600) == 0, done.stdout.read().decode()[-3000:]
+    report = _report(whole)
+    assert {a["status"] for a in report["arms"].values()} == {"done"}
+    names = {r["checkpoint"] for r in report["table"]}
+    assert names == {"base", "sft", *ARMS}
+    settings = {r["setting"] for r in report["table"] if r["checkpoint"] == "envace"}
+    assert settings == {"plain N=0", "parallel N=1", "sequential N=1"}
+    assert len(report["verdicts"]) == 5 and all(v["verdict"] for v in report["verdicts"])
+    assert {"heldout/success", "loss"} <= set(report["curves"]["envace"]["1"])
+
+    # kill -9 once the first arm has finished a step, then resume
+    proc = _study(broken, "--config", str(TINY))
+    state = broken / "runs" / "study-tiny" / "study.json"
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        if state.is_file() and json.loads(state.read_text())["arms"]["envace"]["steps_done"] >= 1:
+            break
+        time.sleep(0.2)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    resumed = _study(broken, "--resume", "study-tiny")
+    assert resumed.wait(timeout=600) == 0, resumed.stdout.read().decode()[-3000:]
+    assert _stable(_report(broken)) == _stable(report)
