@@ -151,3 +151,68 @@ def make_sweep(root: Path, run_id: str = "sweep-demo") -> str:
         )
     writer.finish("done")
     return run_id
+
+
+def study_state(config):
+    """A hand-made finished study: 8 tasks; sft solves 4 (1 in its rehearsed world, exact 0.3),
+    envace 6 (5 rehearsed, exact 0.7; 8 at parallel N=2), and so on for the other arms."""
+    from envace_engine.study.state import (
+        ArmState,
+        CheckpointEval,
+        FidelityResult,
+        SettingResult,
+        StudyState,
+    )
+
+    tasks = [f"t{i}" for i in range(8)]
+
+    def setting(label, budget, mode, wins):
+        success = {t: 1.0 if i < wins else 0.0 for i, t in enumerate(tasks)}
+        return SettingResult(label, budget, mode, success, 0.5, 1.0, 20.0, 10.0 * budget, 5.0, 1.0)
+
+    def evaluated(name, plain, parallel2, rehearsed, exact):
+        settings = {
+            "plain N=0": setting("plain N=0", 0, "none", plain),
+            "parallel N=2": setting("parallel N=2", 2, "parallel", parallel2),
+        }
+        fid = FidelityResult(
+            rehearsed_success={t: 1.0 if i < rehearsed else 0.0 for i, t in enumerate(tasks)},
+            pairs=16,
+            exact=exact,
+            status_agree=0.9,
+            score=0.8,
+            real_nll=0.4,
+            wall_s=1.0,
+            exact_by_task={t: exact for t in tasks},
+        )
+        return CheckpointEval(name, f"s--eval-{name}", settings, fid)
+
+    state = StudyState("study-demo", status="done")
+    state.arms = {a: ArmState(f"study-demo--{a}", "done", 40) for a in config.arms}
+    state.evals = {
+        "sft": evaluated("sft", 4, 4, 1, 0.3),
+        "envace": evaluated("envace", 6, 8, 5, 0.7),
+        "real-grpo": evaluated("real-grpo", 5, 5, 1, 0.3),
+        "act-only": evaluated("act-only", 5, 5, 2, 0.3),
+        "shared-baseline": evaluated("shared-baseline", 6, 6, 4, 0.6),
+    }
+    state.curves = {
+        arm: {
+            str(s): {"heldout/fidelity_exact": 0.3 + 0.01 * s * k, "reward/mean": 0.5}
+            for s in (0, 10, 20)
+        }
+        for k, arm in enumerate(config.arms)
+    }
+    return state
+
+
+def make_study(root: Path, run_id: str = "study-demo") -> str:
+    """A study run folder holding the report of ``study_state`` (what the Study page reads)."""
+    from envace_engine.config import build
+    from envace_engine.study.config import StudyConfig
+    from envace_engine.study.report import build_report, write_report
+
+    config = build(StudyConfig, {"model": "tiny", "eval": {"bootstrap": 300}})
+    with RunWriter.create(root, "study", model="tiny", suite="toy", run_id=run_id) as writer:
+        write_report(build_report(config, study_state(config)), writer.path)
+    return run_id

@@ -229,7 +229,7 @@ def _job(argv: list[str]) -> None:
     import torch
 
     from envace_engine.sink import JsonlSink
-    from envace_engine.training import trainer
+    from envace_engine.training import optimize, trainer
     from envace_engine.training.parallel import distributed
     from tests.train_job import even_token_share
 
@@ -249,7 +249,7 @@ def _job(argv: list[str]) -> None:
     else:
         padded = []
         for step in range(2):
-            out = trainer.optimize(parts, *_uneven_rows(rank, step))
+            out = optimize.optimize(parts, *_uneven_rows(rank, step))
             padded.append(str(int(out["optim/padding_micro_batches"])))
         (run_dir / f"padding.rank{rank}.txt").write_text(" ".join(padded))
     _dump(parts, run_dir, rank)

@@ -8,60 +8,16 @@ import pytest
 
 from envace_engine.config import build
 from envace_engine.study.config import StudyConfig
-from envace_engine.study.report import at_least, build_report, greater, markdown, write_report
-from envace_engine.study.state import (
-    ArmState,
-    CheckpointEval,
-    FidelityResult,
-    SettingResult,
-    StudyState,
-)
+from envace_engine.study.report import at_least, build_report, greater, markdown
+from envace_engine.study.state import StudyState
 from envace_engine.study.stats import Estimate
-
-TASKS = [f"t{i}" for i in range(8)]
-
-
-def _setting(label: str, budget: int, mode: str, wins: int) -> SettingResult:
-    """``wins`` of the 8 tasks succeed on both repeats, the rest on none."""
-    success = {t: 1.0 if i < wins else 0.0 for i, t in enumerate(TASKS)}
-    return SettingResult(label, budget, mode, success, 0.5, 1.0, 20.0, 10.0 * budget, 5.0, 1.0)
-
-
-def _eval(name: str, plain: int, parallel2: int, rehearsed: int, exact: float) -> CheckpointEval:
-    settings = {
-        "plain N=0": _setting("plain N=0", 0, "none", plain),
-        "parallel N=2": _setting("parallel N=2", 2, "parallel", parallel2),
-    }
-    fid = FidelityResult(
-        rehearsed_success={t: 1.0 if i < rehearsed else 0.0 for i, t in enumerate(TASKS)},
-        pairs=16,
-        exact=exact,
-        status_agree=0.9,
-        score=0.8,
-        real_nll=0.4,
-        wall_s=1.0,
-        exact_by_task={t: exact for t in TASKS},
-    )
-    return CheckpointEval(name, f"s--eval-{name}", settings, fid)
+from tests.studio_data import make_study, study_state
 
 
 @pytest.fixture
 def report():
     config = build(StudyConfig, {"model": "tiny", "eval": {"bootstrap": 300}})
-    state = StudyState("s", status="done")
-    state.arms = {a: ArmState(f"s--{a}", "done", 40) for a in config.arms}
-    # sft: 4/8 real, 1/8 in its rehearsed world (gap 3/8); envace: 6/8 real, 5/8 rehearsed
-    state.evals = {
-        "sft": _eval("sft", 4, 4, 1, 0.3),
-        "envace": _eval("envace", 6, 8, 5, 0.7),
-        "real-grpo": _eval("real-grpo", 5, 5, 1, 0.3),
-        "act-only": _eval("act-only", 5, 5, 2, 0.3),
-        "shared-baseline": _eval("shared-baseline", 6, 6, 4, 0.6),
-    }
-    state.curves = {
-        "envace": {"0": {"heldout/fidelity_exact": 0.3}, "40": {"heldout/fidelity_exact": 0.7}}
-    }
-    return build_report(config, state)
+    return build_report(config, study_state(config))
 
 
 def test_table_rows_and_deltas(report):
@@ -105,22 +61,21 @@ def test_missing_arms_are_not_run():
 
 
 def test_study_page_reads_the_report(report, tmp_path: Path):
-    from storage.shards import RunWriter
     from studio.auth import AuthPolicy
     from studio.context import Studio
     from studio.pages import study
 
-    with RunWriter.create(tmp_path, "study", model="tiny", suite="toy", run_id="s") as writer:
-        write_report(report, writer.path)
+    make_study(tmp_path)
     ctx = Studio.open(tmp_path, AuthPolicy.from_settings(None, space_id=""))
     try:
-        assert study.study_runs(ctx) == ["s"]
-        summary, table, world, _chart = study.show(ctx, "s", "held-out fidelity exact")
+        assert study.study_runs(ctx) == ["study-demo"]
+        summary, table, world, _chart = study.show(ctx, "study-demo", "held-out fidelity exact")
         assert "**met**" in summary and "(e) target" in summary
         assert len(table) == 10 and set(table["checkpoint"]) == set(report["arms"]) | {"sft"}
         assert list(world["checkpoint"])[:2] == ["sft", "envace"]
         frame = study.curve_frame(report, "heldout/fidelity_exact")
-        assert frame.sort_values("step")["value"].tolist() == [0.3, 0.7]
+        envace = frame[frame["arm"] == "envace"].sort_values("step")
+        assert envace["value"].tolist() == [0.3, 0.3, 0.3]
         assert "no report yet" in study.header(None, "other")
     finally:
         ctx.store.close()

@@ -32,6 +32,7 @@ from envace_engine.rollout.rewards import RewardFn
 from envace_engine.rollout.tokens import ChatTokenizer
 from envace_engine.samplers.base import Sampler
 from envace_engine.seeds import derive_seed
+from envace_engine.training.metrics import fidelity_metrics
 from envace_engine.types import Episode, Mode, Task
 
 NLL_BATCH = 8  # rehearse prompts scored per forward (they share the rehearse instructions)
@@ -150,22 +151,16 @@ def per_task_success(
 
 
 def pair_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
-    """Fidelity tiers over the rehearsed-vs-real pairs (an unparseable rehearsal fails all)."""
-    pairs = [
-        compare(c.rehearsed, c.real)
-        for e in episodes
-        for c in e.calls
-        if c.shown == "rehearsed" and c.real is not None
-    ]
-    if not pairs:
-        return {"pairs": 0.0}
-    n = len(pairs)
-    return {
-        "pairs": float(n),
-        "fidelity_exact": sum(p.exact for p in pairs) / n,
-        "status_agree": sum(p.status_agree for p in pairs) / n,
-        "fidelity_score": sum(p.score for p in pairs) / n,
+    """Fidelity tiers over the rehearsed-vs-real pairs (``metrics.fidelity_metrics``, which
+    counts an unparseable rehearsal as a pair that failed every tier), as probe names."""
+    tiers = fidelity_metrics(episodes)
+    names = {
+        "fidelity/pairs": "pairs",
+        "fidelity/exact": "fidelity_exact",
+        "fidelity/status_agree": "status_agree",
+        "fidelity/score": "fidelity_score",
     }
+    return {new: tiers[old] for old, new in names.items() if old in tiers}
 
 
 def real_nll(model: Any, chat: ChatTokenizer, episodes: Sequence[Episode]) -> float | None:
