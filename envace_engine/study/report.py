@@ -262,6 +262,15 @@ def fmt_est(e: Estimate) -> str:
     return f"{e.mean:+.3f} [{e.low:+.3f}, {e.high:+.3f}]"
 
 
+def _portable(arm: dict[str, Any]) -> dict[str, Any]:
+    """An arm's record with its checkpoint relative to the data folder (``RUN/checkpoints/…``):
+    a report copied elsewhere (docs/study/) names no machine's paths."""
+    path = Path(arm["checkpoint"])
+    if arm["run_id"] in path.parts:
+        path = Path(*path.parts[path.parts.index(arm["run_id"]) :])
+    return {**arm, "checkpoint": str(path) if arm["checkpoint"] else ""}
+
+
 def build_report(config: StudyConfig, state: StudyState) -> dict[str, Any]:
     """The whole report as JSON-ready data."""
     b = Builder(config, state)
@@ -273,7 +282,7 @@ def build_report(config: StudyConfig, state: StudyState) -> dict[str, Any]:
         "cost": config.cost,
         "eval": config.eval.model_dump(mode="json"),
         "steps": config.train.steps,
-        "arms": {k: vars(v) for k, v in state.arms.items()},
+        "arms": {k: _portable(vars(v)) for k, v in state.arms.items()},
         "table": b.table(),
         "world": b.world(),
         "curves": state.curves,

@@ -53,10 +53,12 @@ def load_report(ctx: Studio, run_id: str | None) -> dict[str, Any] | None:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def _pct(e: dict[str, float] | None) -> str:
+def _pct(e: dict[str, float] | None, signed: bool = True) -> str:
+    """An estimate in % with its CI; ``signed`` for differences (a level has no sign)."""
     if not e:
         return ""
-    return f"{e['mean'] * 100:+.1f} [{e['low'] * 100:+.1f}, {e['high'] * 100:+.1f}]"
+    f = "+.1f" if signed else ".1f"
+    return f"{e['mean'] * 100:{f}} [{e['low'] * 100:{f}}, {e['high'] * 100:{f}}]"
 
 
 def header(report: dict[str, Any] | None, run_id: str | None) -> str:
@@ -112,8 +114,8 @@ def world_frame(report: dict[str, Any] | None) -> pd.DataFrame:
                 "exact": None if w["exact"] is None else round(w["exact"], 3),
                 "status agree": None if w["status_agree"] is None else round(w["status_agree"], 3),
                 "real NLL": None if w["real_nll"] is None else round(w["real_nll"], 3),
-                "real %": _pct(w.get("real_success")),
-                "rehearsed %": _pct(w["rehearsed_success"]),
+                "real %": _pct(w.get("real_success"), signed=False),
+                "rehearsed %": _pct(w["rehearsed_success"], signed=False),
                 "gap": _pct(w.get("gap")),
             }
         )
