@@ -1,157 +1,62 @@
-"""Rollout throughput: the batched rollout engine vs one ``model.generate`` call per generation.
+"""Rollout throughput of one GRPO step: our engine against the library, the naive loop, a git
+revision of our engine, and the machine's roofline — all in the same run.
 
-Workload (GRPO-shaped): smollm2-135m, toy suite, rehearsal mode, 8 tasks x group 4 (32
-episodes), multi-turn, worked examples on (the embedded default). ``--quick``: 2 tasks x group
-2, one reply per user turn, shorter generations.
+Workload: 8 toy tasks x group 4 (32 episodes), rehearsal mode (act + rehearse), up to 3 agent
+replies per user turn, from a policy that makes tool calls: the study's SFT checkpoint
+(``runs/runs/study-sft/model``, with the prompt settings it was trained with) when present.
+Without it (``--model`` a base model) every request ignores EOS and generates exactly its
+``max_new_tokens``, so token counts match across engines. ``--quick``: 2 tasks x group 2, one
+reply, 24 new tokens (same JSON keys).
 
-* engine: ``rollout()`` with ``HFSampler`` — continuous batching (an episode's next act or
-  rehearse request joins the running decode batch as soon as its last one finishes), the
-  prefix K/V cache (each request prefills only tokens no earlier request computed), shared
-  prompt slots with cascade attention (a GRPO group's prompt K/V is held and read once), and
-  oneDNN-packed linear weights (``--no-packed`` turns those off). A recording wrapper keeps
-  each generation's prompt and length.
-* naive: the same prompts replayed one at a time with ``model.generate`` (batch 1), each
-  forced to produce exactly as many tokens as the engine's generation did (min = max new
-  tokens), so both do the same work. The full run replays every generation (a few minutes;
-  a sample's naive rate varies widely, since prompt and generation lengths do); ``--quick``
-  and ``--naive-sample N`` replay N at random.
+Engines, each in a fresh child process (``bench/throughput/child.py``; model load untimed):
 
-The engine runs ``--repeats`` times (3; 1 with ``--quick``) and its rate is the median. The
-naive replay is split into as many chunks, each run right after an engine run, so that a slow
-spell of a noisy machine hits both sides; its rate is total tokens over total seconds. Prints
-one JSON line per engine run, then one JSON object as the last line: engine and naive
-tokens/s, ``ratio`` = engine / naive tokens/s. ``--naive-packed`` also replays each chunk with
-the engine's packed linear weights and adds ``naive_packed_tok_s`` and
-``ratio_vs_naive_packed``: how much of the ratio is batching and caching rather than the
-faster GEMM.
+* ``engine``: ``rollout()`` on this checkout's ``HFSampler`` (continuous batching, prefix K/V
+  cache, cascade attention over shared prompts, oneDNN-packed weights, bf16 where the CPU has
+  it).
+* ``library``: the same ``rollout()`` on transformers' own continuous batching
+  (``throughput/library.py``) in the engine's compute dtype; its settings are tried in the first
+  round (``--library-attn``) and the fastest is kept.
+* ``baseline_rev``: ``--base``'s ``HFSampler`` and rollout loop (exported with ``git archive``).
+* ``naive``: the engine's generations replayed one at a time with fp32 ``model.generate``
+  (batch 1, forced to each generation's length), in chunks interleaved with the rounds.
+* ``roofline``: from the GEMM peak and memory bandwidth measured here
+  (``throughput/roofline.py`` says how).
+
+The three engines alternate round by round (``--repeats``, 3; 1 quick), so a slow spell of a
+noisy machine hits all of them; each rate is the median over rounds. The last line is one JSON
+object: ``engine_tok_s``, ``naive_tok_s``, ``library_tok_s``, ``baseline_rev_tok_s``,
+``roofline_tok_s``, ``ratio`` (engine / naive), ``ratio_vs_library``, ``ratio_vs_rev``,
+``roofline_frac`` (engine / roofline).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import random
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
-from bench.record import add_record_flag, record
-from envace_engine.samplers.base import Generation, SamplingParams
+from bench.record import add_record_flag, record  # noqa: E402
+from bench.throughput import revision, roofline  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-
-@dataclass
-class RecordingSampler:
-    """Wraps a sampler; keeps (prompt, params, generated length) of every generation."""
-
-    inner: Any
-    calls: list[tuple[list[int], SamplingParams, int]] = field(default_factory=list)
-    batches: int = 0  # generate() calls, or decode steps of a session
-
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
-        """Delegate, then record each prompt and how many tokens it got."""
-        self.batches += 1
-        gens = self.inner.generate(prompts, params)
-        self.calls += [
-            (list(p), params, len(g.token_ids)) for p, g in zip(prompts, gens, strict=True)
-        ]
-        return gens
-
-    @contextlib.contextmanager
-    def session(self, params: SamplingParams) -> Iterator[RecordingSession]:
-        """The inner sampler's continuous-batching session, recorded."""
-        with self.inner.session(params) as inner:
-            yield RecordingSession(inner, params, self)
-
-
-@dataclass
-class RecordingSession:
-    """Records what a ``DecodeSession`` generates, per request."""
-
-    inner: Any
-    params: SamplingParams
-    recorder: RecordingSampler
-    asked: dict[Any, tuple[list[int], int]] = field(default_factory=dict)
-
-    @property
-    def busy(self) -> bool:
-        """Whether the inner session has work."""
-        return self.inner.busy
-
-    def submit(self, key: Any, prompt: list[int], cap: int, stops: frozenset[int]) -> None:
-        """Delegate; remember the request."""
-        self.asked[key] = (list(prompt), cap)
-        self.inner.submit(key, prompt, cap, stops)
-
-    def step(self) -> list[tuple[Any, Generation]]:
-        """One decode step; record the generations it finished."""
-        self.recorder.batches += 1
-        done = self.inner.step()
-        for key, gen in done:
-            prompt, cap = self.asked.pop(key)
-            params = replace(self.params, max_new_tokens=cap)
-            self.recorder.calls.append((prompt, params, len(gen.token_ids)))
-        return done
-
-
-def run_engine(
-    model: Any, tokenizer: Any, args: argparse.Namespace
-) -> tuple[float, list[tuple[list[int], SamplingParams, int]], dict[str, Any]]:
-    """One batched rollout; returns (seconds, generations as (prompt, params, length), stats).
-
-    The sampler (its prefix cache, packed weights) is dropped on return, so the next run
-    starts as a trainer's next step would: with that memory freed for reuse.
-    """
-    from envace_engine.environments import get_suite
-    from envace_engine.rollout.loop import RolloutConfig, rollout, rollout_metrics
-    from envace_engine.samplers.embedded.sampler import HFSampler
-
-    suite = get_suite("toy")
-    pool = suite.tasks("train")
-    tasks = random.Random(args.seed).sample(pool, args.tasks)
-    config = RolloutConfig(
-        mode="rehearsal",
-        max_turns=args.max_turns,
-        max_new_tokens_act=args.max_new_tokens,
-        max_new_tokens_rehearse=args.max_new_tokens,
-        temperature=1.0,
-        seed=args.seed,
-        n_examples=2,
-    )
-    sampler = HFSampler(
-        model, tokenizer, batch_size=args.batch_size, packed_weights=not args.no_packed
-    )
-    recorder = RecordingSampler(sampler)
-    start = time.perf_counter()
-    episodes = rollout(tasks, suite, recorder, tokenizer, config, args.group, example_pool=pool)
-    seconds = time.perf_counter() - start
-    metrics = rollout_metrics(episodes)
-    stats = {
-        "episodes": len(episodes),
-        "generations": len(recorder.calls),
-        "sampler_steps": recorder.batches,
-        # prompt tokens the engine ran through the model (the rest came from its prefix cache)
-        # against the prompt tokens the naive baseline prefills for the same generations
-        "engine_prefilled_tokens": recorder.inner.prefilled,
-        "naive_prefill_tokens": sum(len(c[0]) for c in recorder.calls),
-        "drift": metrics["rollout/drift"],
-        "stop_reasons": {
-            k.removeprefix("rollout/stop/"): v
-            for k, v in metrics.items()
-            if k.startswith("rollout/stop/") and v
-        },
-    }
-    return seconds, recorder.calls, stats
+SFT = ROOT / "runs" / "runs" / "study-sft" / "model"
+CHILD = ROOT / "bench" / "throughput" / "child.py"
+DEFAULT_BASE = "09445b5"  # the engine before bf16 sampling and the package layout
 
 
 @dataclass
@@ -173,142 +78,262 @@ class Replay:
         return self.tokens / self.seconds
 
 
-def replay_naive(
-    model: Any,
-    tokenizer: Any,
-    calls: list[tuple[list[int], SamplingParams, int]],
-    packed: bool = False,
-) -> tuple[int, float, list[float]]:
-    """Replay generations one at a time with ``model.generate``; (tokens, seconds, rates).
-
-    ``packed``: with the engine's oneDNN-packed linear weights (``samplers/packed.py``), to
-    separate what batching and caching gain from what the faster GEMM gains.
-    """
+def replay_naive(model: Any, calls: list[tuple[list[int], int]], temperature: float) -> Replay:
+    """Replay generations one at a time with fp32 ``model.generate`` (batch 1)."""
     import torch
 
-    from envace_engine.samplers.embedded.packed import PackedLinears
-
-    kernels = PackedLinears(model, enabled=packed)
-    tokens, seconds, rates = 0, 0.0, []
-    for prompt, params, length in calls:
+    out = Replay()
+    for prompt, length in calls:
         start = time.perf_counter()
-        with torch.inference_mode(), kernels.active():
-            out = model.generate(
+        with torch.inference_mode():
+            made = model.generate(
                 torch.tensor([prompt]),
                 max_new_tokens=length,
                 min_new_tokens=length,
                 do_sample=True,
-                temperature=params.temperature,
+                temperature=temperature,
                 top_k=0,
-                pad_token_id=tokenizer.pad_token_id,
-            )
+                pad_token_id=0,
+            ).shape[1] - len(prompt)
         took = time.perf_counter() - start
-        made = out.shape[1] - len(prompt)
-        tokens, seconds = tokens + made, seconds + took
-        rates.append(made / took)
-    return tokens, seconds, rates
+        out.add(made, took, [made / took])
+    return out
 
 
-def naive_chunks(calls: list[Any], args: argparse.Namespace) -> list[list[Any]]:
-    """The generations the naive baseline replays, in ``args.repeats`` interleaved chunks."""
-    calls = [c for c in calls if c[2] > 0]
-    sample = random.Random(args.seed).sample(calls, min(args.naive_sample, len(calls)))
-    return [sample[i :: args.repeats] for i in range(args.repeats)]
+def run_child(spec: dict[str, Any], code: Path) -> dict[str, Any]:
+    """One engine rollout in a fresh process importing ``envace_engine`` from ``code``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / "out.json"
+        spec_path.write_text(json.dumps(spec), encoding="utf-8")
+        env = {**os.environ, "PYTHONPATH": str(code)}
+        cmd = [sys.executable, str(CHILD), str(spec_path), str(out_path)]
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"{spec['engine']} child ({code}) failed:\n{done.stderr[-3000:]}")
+        return json.loads(out_path.read_text(encoding="utf-8"))
+
+
+def workload(args: argparse.Namespace) -> dict[str, Any]:
+    """The child spec every engine shares (the engine and code are set per run)."""
+    from envace_engine.config import PROMPT_FILE
+
+    prompts: dict[str, Any] = {}
+    checkpoint = Path(args.model) / PROMPT_FILE
+    if checkpoint.is_file():
+        prompts = json.loads(checkpoint.read_text(encoding="utf-8"))
+    caps = {"max_new_tokens_act": 24, "max_new_tokens_rehearse": 24} if args.quick else {}
+    return {
+        "model": args.model,
+        "threads": args.threads,
+        "tasks": args.tasks,
+        "group": args.group,
+        "seed": args.seed,
+        "batch_size": args.batch_size,
+        "dtype": args.dtype,
+        "ignore_eos": args.ignore_eos,
+        "rollout": {
+            **prompts,
+            **caps,
+            "max_turns": args.max_turns,
+            "temperature": 1.0,
+            "seed": args.seed,
+        },
+        "library_settings": {},
+        "attn": "sdpa",
+    }
 
 
 def parse_args() -> argparse.Namespace:
     """Command line; workload sizes follow ``--quick``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small workload, under a minute")
-    parser.add_argument(
-        "--repeats", type=int, default=0, help="engine runs, median (default 3; 1 quick)"
-    )
+    parser.add_argument("--repeats", type=int, default=0, help="rounds (default 3; 1 quick)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
     parser.add_argument("--batch-size", type=int, default=32, help="HFSampler decode slots")
+    parser.add_argument("--model", default=None, help="policy (default: the study's SFT)")
+    parser.add_argument("--base", default=DEFAULT_BASE, help="git revision of the A/B engine")
+    parser.add_argument(
+        "--library",
+        default="",
+        help="library settings to try, as attn:dtype,... (default: sdpa and paged|eager, each "
+        "in the engine's dtype and fp32; quick: sdpa in fp32)",
+    )
     parser.add_argument(
         "--naive-sample", type=int, default=0, help="generations replayed (default: all; 3 quick)"
-    )
-    parser.add_argument(
-        "--no-packed", action="store_true", help="engine without oneDNN-packed linear weights"
-    )
-    parser.add_argument(
-        "--naive-packed",
-        action="store_true",
-        help="also replay the naive baseline with the engine's packed linear weights",
     )
     add_record_flag(parser)
     args = parser.parse_args()
     args.tasks, args.group = (2, 2) if args.quick else (8, 4)
     args.max_turns = 1 if args.quick else 3
-    args.max_new_tokens = 24 if args.quick else 64
     args.naive_sample = args.naive_sample or (3 if args.quick else 10_000)
     args.repeats = args.repeats or (1 if args.quick else 3)
+    sft = SFT.is_dir() and args.model is None
+    args.model = str(SFT) if sft else (args.model or "smollm2-135m")
+    args.ignore_eos = not (Path(args.model) / "config.json").is_file()  # a base model by name
     return args
 
 
-def main() -> None:
-    """Engine runs interleaved with chunks of the naive replay; print the JSON summary.
+def library_candidates(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(attention kernel, dtype) settings of transformers' continuous batching to try."""
+    if args.library:
+        return [tuple(x.split(":", 1)) for x in args.library.split(",")]  # type: ignore[misc]
+    if args.quick:
+        return [("sdpa", "float32")]
+    dtypes = sorted({args.dtype, "float32"})
+    return [(a, d) for a in ("sdpa", "paged|eager") for d in dtypes]
 
-    The machines are noisy (a slow spell can last tens of seconds), so the naive replay is
-    split into one chunk per engine run and each chunk runs right after its engine run: a
-    slow spell then hits both sides rather than only the short engine run.
-    """
+
+@dataclass
+class Rounds:
+    """Per-engine rates over the rounds, and the engine's first run (its generations)."""
+
+    rates: dict[str, list[float]] = field(default_factory=dict)
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    first: dict[str, Any] = field(default_factory=dict)
+
+    def add(self, name: str, result: dict[str, Any]) -> float:
+        """Count one run; its tokens/s."""
+        rate = result["tokens"] / result["seconds"]
+        self.rates.setdefault(name, []).append(rate)
+        return rate
+
+    def median(self, name: str) -> float:
+        """Median tokens/s of one engine."""
+        return statistics.median(self.rates[name])
+
+
+def main() -> None:
+    """Rounds of engine / revision / library runs with a naive chunk each; the JSON summary."""
     args = parse_args()
 
     import torch
 
     from envace_engine.models import load_model, load_tokenizer, resolve
+    from envace_engine.samplers.embedded.sampler import compute_dtype
 
     torch.set_num_threads(args.threads)
-    spec = resolve("smollm2-135m")
-    tokenizer, model = load_tokenizer(spec), load_model(spec)
-    engine_rates, runs, chunks = [], [], None
-    naive = {False: Replay(), True: Replay()}  # by packed weights or not
-    for i in range(args.repeats):
-        seconds, calls, stats = run_engine(model, tokenizer, args)
-        generated = sum(c[2] for c in calls)
-        engine_rates.append(generated / seconds)
-        chunks = chunks or naive_chunks(calls, args)
-        run = {"engine_tokens": generated, "engine_s": round(seconds, 2), **stats}
-        for packed in (False, True) if args.naive_packed else (False,):
-            tokens, naive_s, rates = replay_naive(model, tokenizer, chunks[i], packed)
-            naive[packed].add(tokens, naive_s, rates)
-            run["naive_packed_s" if packed else "naive_chunk_s"] = round(naive_s, 2)
-        runs.append(run)
-        print(json.dumps(run), flush=True)
-    result = summary(args, engine_rates, naive, runs)
+    model = load_model(resolve(args.model))
+    load_tokenizer(resolve(args.model))  # a broken checkpoint fails here, not in a child
+    args.dtype = compute_dtype(model, "auto", True)
+    limits = roofline.measure(args.dtype)
+    spec = workload(args)
+    base, base_rev = revision.export(args.base)
+    rounds, naive, chunks = Rounds(), Replay(), None
+    try:
+        for i in range(args.repeats):
+            run = run_round(i, args, spec, base, rounds)
+            if chunks is None:
+                chunks = naive_chunks(rounds.first["calls"], args)
+            replay = replay_naive(model, chunks[i], spec["rollout"]["temperature"])
+            naive.add(replay.tokens, replay.seconds, replay.rates)
+            run["naive_chunk_s"] = round(replay.seconds, 2)
+            rounds.runs.append(run)
+            print(json.dumps(run), flush=True)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    result = summary(args, rounds, naive, limits, model, base_rev)
     print(json.dumps(result))
     if args.record:
         record(__file__, result)
 
 
-def summary(
-    args: argparse.Namespace, engine_rates: list[float], naive: dict[bool, Replay], runs: list
+def run_round(
+    i: int, args: argparse.Namespace, spec: dict[str, Any], base: Path, rounds: Rounds
 ) -> dict[str, Any]:
-    """The last line: median engine tokens/s against the naive replay's tokens/s."""
-    engine = statistics.median(engine_rates)
-    plain = naive[False]
-    result = {
+    """One round: engine, revision, library (the first round tries each library setting)."""
+    run: dict[str, Any] = {"round": i}
+    engine = run_child({**spec, "engine": "embedded", "record_calls": i == 0}, ROOT)
+    if i == 0:
+        rounds.first = engine
+    run["engine_tok_s"] = round(rounds.add("engine", engine), 2)
+    run["engine_stops"] = engine["stop_reasons"]
+    run["rev_tok_s"] = round(rounds.add("rev", run_child({**spec, "engine": "embedded"}, base)), 2)
+    if i == 0:
+        tried = {
+            f"{a}:{d}": run_child({**spec, "engine": "library", "attn": a, "dtype": d}, ROOT)
+            for a, d in library_candidates(args)
+        }
+        rates = {k: r["tokens"] / r["seconds"] for k, r in tried.items()}
+        best = max(rates, key=rates.__getitem__)
+        spec["library"] = dict(zip(("attn", "dtype"), best.split(":", 1), strict=True))
+        run["library_tried_tok_s"] = {k: round(r, 2) for k, r in rates.items()}
+        library = tried[best]
+    else:
+        library = run_child({**spec, "engine": "library", **spec["library"]}, ROOT)
+    run["library_tok_s"] = round(rounds.add("library", library), 2)
+    run["library_setting"] = spec["library"]
+    return run
+
+
+def naive_chunks(calls: list[Any], args: argparse.Namespace) -> list[list[tuple[list[int], int]]]:
+    """(prompt, length) of the generations the naive baseline replays, in ``args.repeats``
+    interleaved chunks (``calls``: the engine's ``[chain, prompt, length]`` records)."""
+    made = [(p, n) for _, p, n in calls if n > 0]
+    sample = random.Random(args.seed).sample(made, min(args.naive_sample, len(made)))
+    return [sample[i :: args.repeats] for i in range(args.repeats)]
+
+
+def summary(
+    args: argparse.Namespace,
+    rounds: Rounds,
+    naive: Replay,
+    limits: roofline.Limits,
+    model: Any,
+    base_rev: str,
+) -> dict[str, Any]:
+    """The last line: each engine's median tokens/s, the roofline and the ratios."""
+    first = rounds.first
+    calls = [(p, n) for _, p, n in first["calls"]]
+    chains: dict[str, int] = {}
+    for chain, _, n in first["calls"]:
+        chains[chain] = chains.get(chain, 0) + n
+    dtype_bytes = 2 if args.dtype == "bfloat16" else 4
+    params, step_bytes = roofline.weight_bytes(model, dtype_bytes, head_bytes=4)
+    kv = roofline.kv_private_tokens(calls) * roofline.kv_bytes_per_token(model.config, dtype_bytes)
+    roof = roofline.roofline_tok_s(
+        limits,
+        params,
+        step_bytes,
+        generated=first["tokens"],
+        prefilled=first["prefilled"] or sum(len(p) for p, _ in calls),
+        steps_min=max(chains.values()),
+        kv_bytes=kv,
+    )
+    engine, library, rev = (rounds.median(k) for k in ("engine", "library", "rev"))
+    return {
         "bench": "rollout_throughput",
         "quick": args.quick,
         "workload": f"{args.tasks} tasks x group {args.group}, toy, rehearsal, "
-        f"max_turns {args.max_turns}, max_new_tokens {args.max_new_tokens}",
+        f"max_turns {args.max_turns}, policy {Path(args.model).name}, "
+        f"{'ignore EOS' if args.ignore_eos else 'stops at EOS'}",
         "threads": args.threads,
-        "packed_weights": not args.no_packed,
-        "engine_runs_tok_s": [round(r, 2) for r in engine_rates],
+        "dtype": args.dtype,
+        "base_rev": base_rev,
+        "library_setting": rounds.runs[0]["library_setting"],
         "engine_tok_s": round(engine, 2),
-        "naive_tokens": plain.tokens,
-        "naive_s": round(plain.seconds, 2),
-        "naive_median_gen_tok_s": round(statistics.median(plain.rates), 2),
-        "naive_tok_s": round(plain.tok_s, 2),
-        "ratio": round(engine / plain.tok_s, 2),
-        "runs": runs,
+        "naive_tok_s": round(naive.tok_s, 2),
+        "library_tok_s": round(library, 2),
+        "baseline_rev_tok_s": round(rev, 2),
+        "roofline_tok_s": round(float(roof["roofline_tok_s"]), 2),
+        "ratio": round(engine / naive.tok_s, 2),
+        "ratio_vs_library": round(engine / library, 2),
+        "ratio_vs_rev": round(engine / rev, 2),
+        "roofline_frac": round(engine / float(roof["roofline_tok_s"]), 3),
+        "roofline_bound": roof["roofline_bound"],
+        "roofline_memory_s": round(float(roof["roofline_memory_s"]), 3),
+        "roofline_compute_s": round(float(roof["roofline_compute_s"]), 3),
+        "gemm_peak_gflops": round(limits.gemm_flops / 1e9, 1),
+        "memory_gb_s": round(limits.bandwidth / 1e9, 2),
+        "engine_tokens": first["tokens"],
+        "engine_generations": first["generations"],
+        "engine_steps": first["steps"],
+        "steps_min": max(chains.values()),
+        "naive_tokens": naive.tokens,
+        "naive_s": round(naive.seconds, 2),
+        "rates": {k: [round(r, 2) for r in v] for k, v in rounds.rates.items()},
+        "runs": rounds.runs,
     }
-    if args.naive_packed:
-        result["naive_packed_tok_s"] = round(naive[True].tok_s, 2)
-        result["ratio_vs_naive_packed"] = round(engine / naive[True].tok_s, 2)
-    return result
 
 
 if __name__ == "__main__":

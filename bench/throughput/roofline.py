@@ -1,0 +1,125 @@
+"""The machine's own limits, measured here, and the rollout roofline they give.
+
+* ``gemm_peak_flops``: the best of a few large square matmuls in the engine's compute dtype
+  (bf16 through oneDNN where the CPU has it, else fp32), at the bench's thread count.
+* ``memory_bandwidth``: the best of a few copies of a 512 MiB buffer (bytes read + written).
+
+A decode step of a batch must read every weight once and do ``2 x params`` FLOPs per token it
+computes. Episodes are sequential chains (act, then its rehearsal, then the next act …), so a
+rollout needs at least as many forward steps as the longest chain has generated tokens,
+whatever the batching (``steps_min``). Each generated token must also read the K/V of its
+context; a prompt prefix that other requests share (a GRPO group's prompt, worked examples) can
+be read once for all of them, so only each request's private part counts (``kv_private_tokens``:
+per generation, its tokens past the longest prefix it shares with any other recorded prompt,
+plus half its own length on average). The roofline time is
+
+    max((steps_min x weight_bytes + kv_private_tokens x kv_bytes_per_token) / bandwidth,
+        2 x params x (generated + prefilled) / gemm_peak)
+
+and ``roofline_tok_s`` = generated tokens over it. Every simplification (shared prefixes read
+for free, no attention FLOPs, no sampling cost) makes the bound more optimistic, never less.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass
+from typing import Any
+
+GEMM_N = 2048
+COPY_MIB = 512
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Measured peak GEMM rate (FLOP/s, in ``dtype``) and memory bandwidth (bytes/s)."""
+
+    dtype: str
+    gemm_flops: float
+    bandwidth: float
+
+
+def measure(dtype: str, repeats: int = 5) -> Limits:
+    """Best-of-``repeats`` GEMM rate and copy bandwidth on this machine."""
+    import torch
+
+    dt = getattr(torch, dtype)
+    a, b = torch.randn(GEMM_N, GEMM_N, dtype=dt), torch.randn(GEMM_N, GEMM_N, dtype=dt)
+    torch.mm(a, b)  # warm-up: oneDNN picks and caches its kernel
+    gemm = min(_timed(lambda: torch.mm(a, b)) for _ in range(repeats))
+    src = torch.empty(COPY_MIB * 2**20, dtype=torch.uint8).fill_(1)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    copy = min(_timed(lambda: dst.copy_(src)) for _ in range(repeats))
+    return Limits(dtype, 2 * GEMM_N**3 / gemm, 2 * src.numel() / copy)
+
+
+def _timed(fn: Any) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def weight_bytes(model: Any, dtype_bytes: int, head_bytes: int) -> tuple[int, int]:
+    """(matmul parameters per token, bytes a decode step reads): linear layers in the compute
+    dtype, the LM head (the tied embedding) in ``head_bytes`` per element (our head is fp32)."""
+    import torch
+
+    linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    head = model.get_output_embeddings().weight.numel()
+    tied = model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    if not tied:  # an untied head is an nn.Linear already counted above
+        linear -= head
+    return linear + head, linear * dtype_bytes + head * head_bytes
+
+
+def kv_bytes_per_token(config: Any, dtype_bytes: int) -> int:
+    """K and V of one context token over every layer."""
+    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    return 2 * config.num_hidden_layers * heads * head_dim * dtype_bytes
+
+
+def kv_private_tokens(calls: list[tuple[list[int], int]]) -> float:
+    """Sum over generated tokens of the context only that request reads (see module doc).
+
+    ``calls``: (prompt ids, generated length) per generation. The longest prefix a prompt shares
+    with any other is found between neighbours in sorted order.
+    """
+    order = sorted(range(len(calls)), key=lambda i: calls[i][0])
+    shared = [0] * len(calls)
+    for a, b in itertools.pairwise(order):
+        n = _common(calls[a][0], calls[b][0])
+        shared[a], shared[b] = max(shared[a], n), max(shared[b], n)
+    return sum(n * (len(p) - s + n / 2) for (p, n), s in zip(calls, shared, strict=True))
+
+
+def _common(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def roofline_tok_s(
+    limits: Limits,
+    params: int,
+    step_bytes: int,
+    generated: int,
+    prefilled: int,
+    steps_min: int,
+    kv_bytes: float = 0.0,
+) -> dict[str, float | str]:
+    """The roofline rate of one rollout, and which bound sets it (``kv_bytes``: K/V read)."""
+    t_memory = (steps_min * step_bytes + kv_bytes) / limits.bandwidth
+    t_compute = 2 * params * (generated + prefilled) / limits.gemm_flops
+    seconds = max(t_memory, t_compute)
+    return {
+        "roofline_tok_s": generated / seconds,
+        "roofline_memory_s": t_memory,
+        "roofline_compute_s": t_compute,
+        "roofline_bound": "memory" if t_memory >= t_compute else "compute",
+    }
