@@ -31,7 +31,11 @@ KINDS = {
     "sweep": "rehearsal-budget sweep (N x mode)",
     "rollout": "a batch of rollouts, no training",
 }
-SUITES = ("toy", "bfcl-gen", "bfcl")
+# every suite of ``envace_engine.environments.suite_names()`` (a test checks they agree; the
+# studio does not import the engine's environments to list them)
+SUITES = ("toy", "bfcl-gen", "bfcl", "tau2-airline", "tau2-retail", "tau2-mock")
+TAU2 = frozenset(s for s in SUITES if s.startswith("tau2-"))
+USER_KINDS = frozenset({"eval"})  # commands that take a simulated user (``--user``)
 MODES = ("parallel", "sequential")
 CONFIGURED = frozenset({"train", "baseline", "sft"})  # take a TOML config written by the studio
 RESUMABLE = frozenset({"train", "baseline"})  # `envace train --resume RUN_DIR`
@@ -47,6 +51,19 @@ def default(name: str) -> Any:
     return LaunchRequest.model_fields[name].default
 
 
+def known_model(value: str) -> str:
+    """``value`` stripped, if it names a registered model, a checkpoint or an SGLang server."""
+    value = value.strip()
+    if value in registry() or value.startswith("sglang+http"):
+        return value
+    if (Path(value).expanduser() / "config.json").is_file():
+        return value
+    raise ValueError(
+        f"unknown model {value!r}: use one of {', '.join(registry())}, a checkpoint folder "
+        "with config.json, or sglang+http://HOST:PORT"
+    )
+
+
 class LaunchRequest(BaseModel):
     """One job request from the Runs page or the Budget page."""
 
@@ -54,7 +71,9 @@ class LaunchRequest(BaseModel):
 
     kind: Literal["train", "baseline", "sft", "eval", "sweep", "rollout"]
     model: str = Field(min_length=1)
-    suite: Literal["toy", "bfcl-gen", "bfcl"]
+    suite: Literal["toy", "bfcl-gen", "bfcl", "tau2-airline", "tau2-retail", "tau2-mock"]
+    # τ² only: the simulated user's model ("" = replay each task's scripted opening)
+    user: str = ""
     steps: int = Field(default=2, ge=1, le=100_000)
     episodes: int = Field(default=8, ge=1, le=10_000)
     group: int = Field(default=4, ge=1, le=64)
@@ -68,15 +87,15 @@ class LaunchRequest(BaseModel):
     @field_validator("model")
     @classmethod
     def _known_model(cls, value: str) -> str:
+        return known_model(value)
+
+    @field_validator("user")
+    @classmethod
+    def _known_user(cls, value: str) -> str:
         value = value.strip()
-        if value in registry() or value.startswith("sglang+http"):
+        if not value or value.startswith("openai+http"):  # an OpenAI-compatible endpoint
             return value
-        if (Path(value).expanduser() / "config.json").is_file():
-            return value
-        raise ValueError(
-            f"unknown model {value!r}: use one of {', '.join(registry())}, a checkpoint folder "
-            "with config.json, or sglang+http://HOST:PORT"
-        )
+        return known_model(value)
 
     @field_validator("budgets", mode="before")
     @classmethod
@@ -135,6 +154,7 @@ class LaunchRequest(BaseModel):
                 str(self.seed),
                 "--run-dir",
                 "{run_dir}",
+                *(["--user", self.user] if self.user else []),
             ]
         if self.kind == "sweep":
             return [
@@ -171,6 +191,20 @@ class LaunchRequest(BaseModel):
             "--run-dir",
             "{run_dir}",
         ]
+
+    @model_validator(mode="after")
+    def _tau2_needs(self) -> LaunchRequest:
+        if self.suite in TAU2 and self.kind in CONFIGURED:
+            raise ValueError(
+                f"{self.kind} on {self.suite} is not available: training with a simulated user "
+                "in the loop is not wired yet; evaluate (eval), sweep or roll out instead"
+            )
+        if self.user and (self.suite not in TAU2 or self.kind not in USER_KINDS):
+            raise ValueError(
+                f"user: a simulated user takes part only in eval jobs on a tau2 suite "
+                f"(got {self.kind} on {self.suite}); clear the user field"
+            )
+        return self
 
     @model_validator(mode="after")
     def _whole_groups(self) -> LaunchRequest:

@@ -53,7 +53,27 @@ def test_launch_form_errors_name_the_field(ctx):
     message, _ = runs.launch(ctx, None, form)
     assert "budgets: must be whole numbers separated by commas" in message
     message, _ = runs.launch(ctx, None, {"kind": "train", "model": "tiny", "suite": "web"})
-    assert "suite: Input should be 'toy', 'bfcl-gen' or 'bfcl'" in message
+    assert "suite: Input should be 'toy', 'bfcl-gen', 'bfcl', 'tau2-airline'" in message
+
+
+def test_launch_form_offers_every_suite_and_tau2_takes_a_user():
+    from envace_engine.environments import suite_names
+
+    assert set(runs.forms.SUITES) == set(suite_names())
+    request = runs.forms.parse(
+        {"kind": "eval", "model": "tiny", "suite": "tau2-airline", "user": " tiny "}
+    )
+    argv = request.argv()
+    assert argv[argv.index("--suite") + 1] == "tau2-airline"
+    assert argv[argv.index("--user") + 1] == "tiny"
+    scripted = runs.forms.parse({"kind": "eval", "model": "tiny", "suite": "tau2-retail"})
+    assert "--user" not in scripted.argv()
+    with pytest.raises(runs.forms.FormError, match="training with a simulated user"):
+        runs.forms.parse({"kind": "train", "model": "tiny", "suite": "tau2-airline"})
+    with pytest.raises(runs.forms.FormError, match="user: a simulated user takes part only"):
+        runs.forms.parse({"kind": "eval", "model": "tiny", "suite": "toy", "user": "tiny"})
+    with pytest.raises(runs.forms.FormError, match="unknown model 'gpt-17'"):
+        runs.forms.parse({"kind": "eval", "model": "tiny", "suite": "tau2-mock", "user": "gpt-17"})
 
 
 def test_launch_needs_sign_in_when_hosted(locked):

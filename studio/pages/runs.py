@@ -191,6 +191,12 @@ def build(ctx: Studio, user: gr.State) -> None:
                     elem_id="launch-model",
                 )
                 suite = gr.Dropdown(list(forms.SUITES), value="toy", label="task suite")
+                sim_user = gr.Textbox(
+                    "",
+                    label="simulated user (tau2 eval)",
+                    placeholder="model or openai+http://HOST:PORT; empty: scripted opening",
+                    elem_id="launch-user",
+                )
             with gr.Row():
                 steps = gr.Number(
                     forms.default("steps"),
@@ -246,6 +252,7 @@ def build(ctx: Studio, user: gr.State) -> None:
         "kind": kind,
         "model": model,
         "suite": suite,
+        "user": sim_user,
         "steps": steps,
         "episodes": episodes,
         "group": group,
