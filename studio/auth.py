@@ -8,7 +8,9 @@ Three modes, chosen at launch:
   "Sign in" box on the page unlocks writes for the session. Unlike gradio's ``auth=`` (a login
   wall in front of the whole app), this keeps the studio browsable without an account.
 * ``hf`` — on a Hugging Face Space (``SPACE_ID`` set): anonymous visitors browse read-only; the
-  Hugging Face login button signs them in and their HF username becomes the author.
+  Hugging Face login button signs them in and their HF username becomes the author. Only the
+  Space's writers (its owner and ``$ENVACE_WRITERS``, ``studio.space.writers``) may write: any
+  Hugging Face account can sign in, so signing in alone grants nothing.
 
 The signed-in user lives in server-side session state (``gr.State``), never in a value the
 browser could forge.
@@ -34,13 +36,16 @@ class AuthPolicy:
 
     mode: str = "open"
     credentials: tuple[tuple[str, str], ...] = ()
+    writers: frozenset[str] = frozenset()  # hf mode: who may write ("*": every signed-in user)
 
     @classmethod
     def from_settings(cls, auth: str | None = None, space_id: str | None = None) -> AuthPolicy:
         """Policy from ``--auth user:pass`` and the Space id (``$SPACE_ID`` when None)."""
         space_id = os.environ.get("SPACE_ID") if space_id is None else space_id
         if space_id:
-            return cls(mode="hf")
+            from studio.space import writers
+
+            return cls(mode="hf", writers=writers())
         if auth:
             user, sep, password = auth.partition(":")
             if not sep or not user or not password:
@@ -66,6 +71,12 @@ class AuthPolicy:
 
     def author(self, user: str | None, action: str = "make changes") -> str:
         """The author to record for a write by ``user``; raises AuthError when not allowed."""
+        if user and self.mode == "hf" and not self.may_write(user):
+            owners = ", ".join(sorted(self.writers)) or "nobody (no SPACE_AUTHOR_NAME)"
+            raise AuthError(
+                f"{user} may browse this Space but not {action}: writes are limited to "
+                f"{owners} (the owner can add users with ENVACE_WRITERS)"
+            )
         if user:
             return user
         if self.mode == "open":
@@ -73,8 +84,16 @@ class AuthPolicy:
         how = "with the Hugging Face button" if self.mode == "hf" else "in the Sign in box"
         raise AuthError(f"read-only: sign in {how} (top of the page) to {action}")
 
+    def may_write(self, user: str) -> bool:
+        """Whether signed-in ``user`` may write (always, outside ``hf`` mode)."""
+        return self.mode != "hf" or "*" in self.writers or user in self.writers
+
     def banner(self, user: str | None) -> str:
         """One line for the page header saying who you are and what you can do."""
+        if user and not self.may_write(user):
+            return (
+                f"Signed in as **{user}**: browsing read-only (writes are for this Space's owner)."
+            )
         if user:
             return f"Signed in as **{user}**: you can launch jobs, annotate and save budgets."
         if self.mode == "open":

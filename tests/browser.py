@@ -36,13 +36,13 @@ def studio_server(
 ) -> Iterator[str]:
     """Run the studio on a free port with ``root`` as its data folder; yield its URL.
 
-    ``python -m studio`` by default; ``app_file=True`` runs ``python studio/app.py`` the way a
-    Hugging Face Space does (port from ``$PORT``).
+    ``python -m studio`` by default; ``app_file=True`` runs ``python app.py`` from the repository
+    root the way the Space's image does (port from ``$PORT``).
     """
     port = free_port()
     env = dict(os.environ, ENVACE_HOME=str(root), GRADIO_ANALYTICS_ENABLED="False")
     if app_file:
-        command = [sys.executable, str(Path(__file__).parents[1] / "studio" / "app.py")]
+        command = [sys.executable, str(Path(__file__).parents[1] / "app.py")]
         env.update(PORT=str(port), GRADIO_SERVER_NAME="127.0.0.1")
     else:
         command = [sys.executable, "-m", "studio", "--host", "127.0.0.1", "--port", str(port)]

@@ -14,6 +14,7 @@ from studio import charts, forms
 from studio.auth import AuthError
 from studio.context import Studio
 from studio.jobs import ACTIVE, JobError, format_duration
+from studio.space import LimitError
 
 RUN_COLUMNS = ["run_id", "kind", "model", "suite", "status", "steps", "episodes", "mean_reward"]
 POLL_S = 2.0
@@ -65,6 +66,13 @@ def launch(ctx: Studio, user: str | None, values: dict[str, object]) -> tuple[st
 def start(ctx: Studio, request: forms.LaunchRequest) -> tuple[str, str | None]:
     """Start a validated request as a job (writes its config first when it takes one)."""
     import tomli_w
+
+    try:
+        for model in filter(None, (request.model, request.user)):
+            if not model.startswith("openai+"):  # an outside endpoint runs nothing here
+                ctx.limits.check_model(model)
+    except LimitError as err:
+        return f"**Cannot launch:** {err}", None
 
     run_id = ctx.jobs.new_run_id(request.kind)
     run_dir = ctx.jobs.run_dir(run_id)
