@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -33,6 +34,28 @@ class Sink(Protocol):
     def progress(self, done: int, total: int, message: str = "") -> None:
         """Report progress (``done`` of ``total`` units) for live display."""
         ...
+
+
+@dataclass(frozen=True)
+class FanoutSink:
+    """A ``Sink`` that hands everything to each of ``sinks`` in turn (none: a no-op)."""
+
+    sinks: tuple[Sink, ...] = ()
+
+    def episodes(self, step: int, episodes: Sequence[Episode]) -> None:
+        """Forward to every sink."""
+        for sink in self.sinks:
+            sink.episodes(step, episodes)
+
+    def metrics(self, step: int, metrics: Mapping[str, float]) -> None:
+        """Forward to every sink."""
+        for sink in self.sinks:
+            sink.metrics(step, metrics)
+
+    def progress(self, done: int, total: int, message: str = "") -> None:
+        """Forward to every sink."""
+        for sink in self.sinks:
+            sink.progress(done, total, message)
 
 
 EPISODES_FILE = "episodes.jsonl"

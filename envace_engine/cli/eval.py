@@ -25,6 +25,7 @@ from envace_engine.cli.users import (
 )
 from envace_engine.config import EVAL_BATCH_SIZE, EVAL_TEMPERATURE
 from envace_engine.config import ROLLOUT_DEFAULTS as _D
+from envace_engine.samplers.base import TokenCounting
 from envace_engine.testtime.memory import MemoryConfig
 
 _MEMORY_TOKENS = MemoryConfig().max_new_tokens
@@ -317,9 +318,12 @@ def eval_command(
     (checkpoint,) = _checkpoints(model, batch_size)
     job = with_user(job, opts, model[0], checkpoint, batch_size)
     with open_writer(root, run_dir, "eval", model[0], suite, job.record) as writer:
-        sink = ProgressSink(writer, f"eval {suite}")
+        sampler = checkpoint.sampler
+        meter = sampler if isinstance(sampler, TokenCounting) else None
+        sink = ProgressSink(writer, f"eval {suite}", unit="episode", meter=meter)
         try:
-            sink.progress(0, 1, "evaluating")
+            total = len(job.tasks) * job.config.repeats  # real episodes, one per task and repeat
+            sink.progress(0, total, "starting")
             result = evaluate(
                 job.tasks,
                 job.suite,
@@ -330,12 +334,12 @@ def eval_command(
                 make_reward("state", job.suite, judge_config(judge_url)),
                 example_pool=job.pool,
                 run_id="ev",
-                progress=lambda done, total, msg: sink.progress(0, 1, msg),
+                progress=sink.progress,
             )
             metrics = result.metrics("eval")
             sink.episodes(0, result.episodes)
             sink.metrics(0, metrics)
-            sink.progress(1, 1, "done")
+            sink.progress(total, total, "done")
         finally:
             sink.close()
     typer.echo(_table(_eval_rows(result)))

@@ -20,7 +20,7 @@ import typer
 
 from envace_engine.config import ROLLOUT_DEFAULTS as _D
 from envace_engine.environments.base import Suite
-from envace_engine.samplers.base import Sampler
+from envace_engine.samplers.base import Sampler, TokenCounting
 from envace_engine.types import Episode, MetaKey, Mode, Role, Task
 
 
@@ -107,8 +107,9 @@ def rollout_command(
     show: Annotated[int, typer.Option(min=0, help="transcripts to print")] = 4,
 ) -> None:
     """Run episodes, print transcripts and a summary; write JSON Lines and/or a stored run."""
+    from envace_engine.cli.train import ProgressSink
     from envace_engine.rollout.loop import RolloutConfig, rollout, rollout_metrics
-    from envace_engine.sink import JsonlSink
+    from envace_engine.sink import FanoutSink, JsonlSink
 
     if out is None and run_dir is None:
         raise typer.BadParameter("say where to write: --out DIR (JSON Lines) or --run-dir DIR")
@@ -132,7 +133,7 @@ def rollout_command(
     )
     sinks: list[Any] = []
     if out is not None:
-        sinks.append(JsonlSink(out, on_progress=_print_progress))
+        sinks.append(JsonlSink(out))
     with contextlib.ExitStack() as stack:
         if run_dir is not None:
             from envace_engine.cli.eval import open_writer
@@ -142,9 +143,12 @@ def rollout_command(
                 stack.enter_context(open_writer(None, run_dir, "rollout", model, suite, settings))
             )
 
+        meter = policy if isinstance(policy, TokenCounting) else None
+        bar = ProgressSink(FanoutSink(tuple(sinks)), "rollout", unit="episode", meter=meter)
+        stack.callback(bar.close)
+
         def progress(done: int, total: int) -> None:
-            for sink in sinks:
-                sink.progress(done, total, "episodes ended")
+            bar.progress(done, total, "episodes ended")
 
         started = time.perf_counter()
         result = rollout(
@@ -158,9 +162,8 @@ def rollout_command(
             progress=progress,
         )
         seconds = time.perf_counter() - started
-        for sink in sinks:
-            sink.episodes(0, result)
-            sink.metrics(0, rollout_metrics(result))
+        bar.episodes(0, result)
+        bar.metrics(0, rollout_metrics(result))
     for episode in result[:show]:
         typer.echo(transcript(episode))
     typer.echo(summary(result, seconds))
@@ -202,7 +205,3 @@ def _load_samplers(model: str, simulator: str | None) -> tuple[Any, Sampler, Any
         return tokenizer, policy, sim_tokenizer, make_sampler(sim_spec, tokenizer=sim_tokenizer)
     except ModelError as err:
         raise typer.BadParameter(str(err)) from err
-
-
-def _print_progress(done: int, total: int, message: str) -> None:
-    typer.echo(f"[{done}/{total}] {message}", err=True)

@@ -9,6 +9,7 @@ ranks train without a sink (the trainer gathers their episodes to rank 0).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any
@@ -16,6 +17,7 @@ from typing import Annotated, Any
 import typer
 
 from envace_engine.config import ConfigError, SFTConfig, TrainConfig, build, data_root, load
+from envace_engine.samplers.base import TokenCounting
 from envace_engine.sink import Sink
 from envace_engine.types import Episode
 
@@ -24,14 +26,21 @@ SET_HELP = "override one key, e.g. --set steps=10 --set rollout.temperature=0.7 
 
 
 class ProgressSink:
-    """A ``Sink`` that forwards everything to ``inner`` and draws a tqdm progress bar."""
+    """A ``Sink`` that forwards everything to ``inner`` and draws a tqdm progress bar.
 
-    def __init__(self, inner: Sink, desc: str) -> None:
+    ``meter``: a sampler that counts its generated tokens; the bar then shows tok/s since start.
+    """
+
+    def __init__(
+        self, inner: Sink, desc: str, unit: str = "step", meter: TokenCounting | None = None
+    ) -> None:
         from tqdm import tqdm
 
         self.inner = inner
-        self.bar = tqdm(total=0, desc=desc, unit="step", dynamic_ncols=True)
-        self.last: Mapping[str, float] = {}
+        self.bar = tqdm(total=0, desc=desc, unit=unit, dynamic_ncols=True)
+        self.desc, self.shown, self.message = desc, "", ""
+        self.meter = meter
+        self.started = (time.perf_counter(), meter.generated if meter else 0)
 
     def episodes(self, step: int, episodes: Sequence[Episode]) -> None:
         """Forward a step's episodes."""
@@ -40,15 +49,25 @@ class ProgressSink:
     def metrics(self, step: int, metrics: Mapping[str, float]) -> None:
         """Forward metrics and show the headline ones on the bar."""
         self.inner.metrics(step, metrics)
-        shown = ("reward/mean", "success/real", "fidelity/score", "loss", "sft/loss")
-        self.bar.set_postfix({k.split("/")[-1]: f"{metrics[k]:.3f}" for k in shown if k in metrics})
+        keys = ("reward/mean", "success/real", "fidelity/score", "loss", "sft/loss")
+        picked = [f"{k.split('/')[-1]}={metrics[k]:.3f}" for k in keys if k in metrics]
+        self.shown = ", ".join(picked)
+        self._postfix()
 
     def progress(self, done: int, total: int, message: str = "") -> None:
-        """Forward progress and move the bar."""
+        """Forward progress and move the bar (with tok/s when metered)."""
         self.inner.progress(done, total, message)
         self.bar.total = total
         self.bar.n = done
-        self.bar.refresh()
+        if self.meter is not None:
+            seconds = max(time.perf_counter() - self.started[0], 1e-9)
+            rate = (self.meter.generated - self.started[1]) / seconds
+            self.bar.set_description_str(f"{self.desc} · {rate:.1f} tok/s", refresh=False)
+        self.message = message
+        self._postfix()
+
+    def _postfix(self) -> None:
+        self.bar.set_postfix_str(", ".join(x for x in (self.message, self.shown) if x))
 
     def close(self) -> None:
         """Finish the bar."""

@@ -87,6 +87,13 @@ class SessionSampler(Sampler, Protocol):
 
 
 @runtime_checkable
+class TokenCounting(Protocol):
+    """A sampler that counts the tokens it has generated (progress bars show tok/s from it)."""
+
+    generated: int
+
+
+@runtime_checkable
 class WeightReceiver(Protocol):
     """A sampler in other processes that loads new weights from a checkpoint directory.
 

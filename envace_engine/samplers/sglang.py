@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import threading
 import time
 import uuid
 from collections.abc import Hashable, Iterator, Sequence
@@ -106,6 +107,8 @@ class SGLangSampler:
         self.router = PrefixRouter(len(self.urls))
         timeout = httpx.Timeout(timeout_s, connect=connect_timeout_s)
         self._client = httpx.Client(timeout=timeout)
+        self.generated = 0  # tokens generated so far (``TokenCounting``: progress shows tok/s)
+        self._count_lock = threading.Lock()  # session jobs finish on pool threads
 
     def close(self) -> None:
         """Close the HTTP connection pool."""
@@ -156,6 +159,8 @@ class SGLangSampler:
             if outcome.generations is not None:
                 for prompt, gen in zip(batch, outcome.generations, strict=True):
                     self.router.remember(prompt + list(gen.token_ids), target)
+                with self._count_lock:
+                    self.generated += sum(len(g.token_ids) for g in outcome.generations)
                 return outcome.generations
             error = outcome.error
             if not outcome.retryable:

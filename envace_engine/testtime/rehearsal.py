@@ -255,10 +255,14 @@ def commit(
     *,
     example_pool: Sequence[Task] | None = None,
     run_id: str = "rh",
+    progress: Progress | None = None,
 ) -> list[Attempt]:
-    """One committed real episode per plan (batched), memory in context; link the imagined ones."""
+    """One committed real episode per plan (batched), memory in context; link the imagined ones.
+
+    ``progress(ended, total, message)`` as the real episodes end."""
     if not plans:
         return []
+    report = progress or (lambda done, total, message: None)
     real = _seeded(replace(config, mode=Mode.REAL), 3)
     variants = [with_memory(p.task, p.memory) for p in plans]
     episodes = rollout(
@@ -270,6 +274,7 @@ def commit(
         1,
         example_pool=example_pool,
         run_id=f"{run_id}-c",
+        progress=lambda ended, total: report(ended, total, "real episodes ended"),
     )
     return [_attempt(p, e, rehearsal, run_id) for p, e in zip(plans, episodes, strict=True)]
 
@@ -342,4 +347,5 @@ def run_with_rehearsal(
         rehearsal,
         example_pool=example_pool,
         run_id=run_id,
+        progress=progress,
     )

@@ -93,6 +93,7 @@ class HFSampler:
             keep_freed_memory()  # process-wide: see heap.py
         self._weights_stamp: tuple[int, ...] = ()
         self.prefilled = 0  # prompt tokens actually run through the model (metrics, tests)
+        self.generated = 0  # tokens generated so far (``TokenCounting``: progress shows tok/s)
         self.eos_ids = _eos_ids(model, tokenizer)
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else min(self.eos_ids, default=0)
@@ -243,6 +244,7 @@ class HFSampler:
 
     def finish(self, ids: list[int], logprobs: list[float], reason: str) -> Generation:
         """A finished generation; its text drops a final stop token."""
+        self.generated += len(ids)
         shown = ids[:-1] if reason == "stop" else ids
         # One id list decodes to one str (transformers types decode for batches too).
         text = cast(str, self.tokenizer.decode(shown, skip_special_tokens=True))
