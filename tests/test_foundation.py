@@ -10,8 +10,7 @@ import pytest
 
 from envace_engine.models import ModelError, resolve
 
-
-# the packages of the ``train`` extra: the browsing install (``pip install envace-studio``) lacks them
+# the packages of the ``train`` extra, which the browsing install (plain ``pip install``) lacks
 TRAIN_EXTRA = ("torch", "transformers", "trl", "accelerate", "datasets", "safetensors", "gguf")
 
 
