@@ -11,6 +11,7 @@ import typer
 from envace_engine.cli import data as _data
 from envace_engine.cli import eval as _eval
 from envace_engine.cli import models as _models
+from envace_engine.cli import push as _push
 from envace_engine.cli import rollout as _rollout
 from envace_engine.cli import studio as _studio
 from envace_engine.cli import study as _study
@@ -32,6 +33,7 @@ app.command("rollout")(_rollout.rollout_command)
 app.add_typer(_data.runs_app, name="runs")
 app.command("export")(_data.export)
 app.command("import")(_data.import_)
+app.command("push")(_push.push)
 app.command("sft")(_train.sft)
 app.command("train")(_train.train)
 app.command("eval")(_eval.eval_command)
