@@ -8,17 +8,22 @@ Names:
   weights in and cache a safetensors checkpoint once (later loads take about a second).
 * ``tiny`` — a small random Llama with the SmolLM2 tokenizer, seeded: for fast tests.
 * a local directory holding a Hugging Face checkpoint (``config.json``).
+* a Hugging Face Hub id (``HuggingFaceTB/SmolLM2-135M-Instruct``): its config, tokenizer and
+  safetensors weights, from the local Hub cache or downloaded when the Hub is reachable.
 * ``sglang+http://host:port[,http://host2:port][?tokenizer=NAME_OR_DIR]`` — SGLang servers (or
   one router); resolved by the SGLang sampler. The tokenizer is needed locally to render prompts.
 
-Nothing here touches the network: HF_HUB_OFFLINE is forced on, and a missing package or file
-raises ``ModelError`` naming what to install.
+Only a Hub id touches the network, and only when ``HF_HUB_OFFLINE`` is not set (``make``, the
+tests and the Space set it): offline, a Hub id resolves from the local cache or raises
+``ModelError`` naming the id and how to get it. A missing package or file raises ``ModelError``
+naming what to install.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,9 +31,6 @@ from urllib.parse import parse_qs, urlsplit
 
 if TYPE_CHECKING:  # torch/transformers are heavy: import them only when a model is loaded
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 SMOLLM2 = "smollm2-135m"
 TINY = "tiny"
@@ -76,11 +78,43 @@ def resolve(name: str) -> ModelSpec:
     path = Path(name).expanduser()
     if (path / "config.json").is_file():
         return ModelSpec(name, "hf", path=path)
+    if HUB_ID.fullmatch(name) and not path.exists():
+        return ModelSpec(name, "hf", path=_from_hub(name))
     known = ", ".join(registry())
     raise ModelError(
         f"unknown model {name!r}: use one of {known}, a local Hugging Face checkpoint directory "
         "(with config.json), or sglang+http://HOST:PORT"
     )
+
+
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
+# what loading a causal LM and its tokenizer reads (no .bin/.pt/.gguf/.onnx copies)
+HUB_FILES = ("*.json", "*.safetensors", "*.jinja", "*.txt", "*.model", "tokenizer*")
+
+
+def _from_hub(repo_id: str) -> Path:
+    """The local snapshot of Hub model ``repo_id`` (cache first; download when online)."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    cache = os.environ.get("HF_HUB_CACHE")  # read now, not when huggingface_hub was imported
+    offline = os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on")
+    try:
+        return Path(
+            snapshot_download(
+                repo_id, allow_patterns=list(HUB_FILES), cache_dir=cache, local_files_only=offline
+            )
+        )
+    except LocalEntryNotFoundError as err:
+        how = (
+            "the Hub is offline here (HF_HUB_OFFLINE=1) and the model is not in the local cache: "
+            "unset HF_HUB_OFFLINE to download it, or pass a local checkpoint folder"
+            if offline
+            else f"it could not be downloaded ({err})"
+        )
+        raise ModelError(f"model {repo_id!r} (a Hugging Face Hub id): {how}") from err
+    except HfHubHTTPError as err:  # no such repo, gated, or the Hub refused
+        raise ModelError(f"model {repo_id!r}: the Hugging Face Hub says {err}") from err
 
 
 def _resolve_sglang(spec: str) -> ModelSpec:

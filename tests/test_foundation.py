@@ -97,3 +97,31 @@ def test_smollm2_checkpoint_is_clean():
     model = AutoModelForCausalLM.from_pretrained(spec.path)
     assert getattr(model.config, "quantization_config", None) is None
     assert sum(p.numel() for p in model.parameters()) == pytest.approx(134.5e6, rel=0.01)
+
+
+def _hub_cache(cache, repo_id: str, source) -> None:
+    """A Hugging Face Hub cache entry for ``repo_id`` holding ``source``'s files (the layout
+    huggingface_hub writes: refs/main names a commit, snapshots/<commit>/ holds the files)."""
+    import shutil
+
+    commit = "0" * 40
+    entry = cache / f"models--{repo_id.replace('/', '--')}"
+    (entry / "refs").mkdir(parents=True)
+    (entry / "refs" / "main").write_text(commit)
+    shutil.copytree(source, entry / "snapshots" / commit)
+
+
+def test_a_hub_id_resolves_from_the_cache_and_names_itself_when_offline(
+    tiny_path, tmp_path, monkeypatch
+):
+    from envace_engine.models import load_model, load_tokenizer
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    _hub_cache(tmp_path, "test-org/tiny-llama", tiny_path)
+    spec = resolve("test-org/tiny-llama")
+    assert spec.kind == "hf" and spec.path is not None and (spec.path / "config.json").is_file()
+    assert load_model(spec).config.num_hidden_layers == 4
+    assert load_tokenizer(spec).eos_token is not None
+    with pytest.raises(ModelError, match=r"'HuggingFaceTB/SmolLM2-1.7B'.*offline.*HF_HUB_OFFLINE"):
+        resolve("HuggingFaceTB/SmolLM2-1.7B")
