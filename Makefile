@@ -19,7 +19,7 @@ $(VENV)/.stamp-deps: pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) --upgrade pip
 	$(PIP) torch==2.13.0
-	$(PIP) -e '.[train,dev]'
+	$(PIP) -e '.[train,tracking,dev]'
 	touch $@
 
 # The model wheel and BFCL's data ship with dependency lists that pull llama-cpp (a source build)

@@ -71,6 +71,9 @@ EVAL_BATCH_SIZE = 16
 # The prompt settings a checkpoint was trained with (docs/training.md, "Prompt settings"): the
 # rollout must render prompts exactly as training did, so ``envace eval``, ``sweep``, ``train``
 # and ``study`` take these from a checkpoint unless told otherwise.
+# experiment trackers a run can also log its metrics to (``envace_engine.tracking``)
+ReportTo = Literal["none", "trackio", "wandb"]
+
 PROMPT_KEYS = (
     "n_examples",
     "grounded_rehearsal",
@@ -201,6 +204,7 @@ class TrainConfig(Section):
     seed: int = 0
     micro_batch_tokens: int = Field(4096, ge=1, description="padded tokens per micro-batch")
     bf16: bool = Field(False, description="bf16 autocast for the training forward pass")
+    report_to: ReportTo = Field("none", description="also log metrics to trackio or wandb")
     share_prefix: bool = Field(
         True,
         description="run a micro-batch's common prompt prefix through the model once (same "
@@ -287,6 +291,7 @@ class SFTConfig(Section):
     min_lr_ratio: float = Field(0.1, ge=0, le=1, description="cosine floor, as a share of lr")
     grad_clip: float | None = Field(1.0, gt=0, description="max grad norm; None = no clipping")
     bf16: bool = Field(True, description="bf16 autocast (CPU autocast works with torch 2.13)")
+    report_to: ReportTo = Field("none", description="also log metrics to trackio or wandb")
     seed: int = 0
     eval_split: str | None = Field(
         "validation", description="held-out split scored teacher-forced at the end; None = skip"

@@ -23,7 +23,7 @@ from envace_engine.cli.users import (
     UserTempOpt,
     UserTokensOpt,
 )
-from envace_engine.config import EVAL_BATCH_SIZE, EVAL_TEMPERATURE
+from envace_engine.config import EVAL_BATCH_SIZE, EVAL_TEMPERATURE, ReportTo
 from envace_engine.config import ROLLOUT_DEFAULTS as _D
 from envace_engine.samplers.base import TokenCounting
 from envace_engine.testtime.memory import MemoryConfig
@@ -43,6 +43,9 @@ SplitOpt = Annotated[
 TasksOpt = Annotated[int, typer.Option("--n-tasks", "--tasks", min=1, help="first K tasks")]
 RepeatsOpt = Annotated[int, typer.Option("--repeats", min=1, help="episodes per task (pass^k)")]
 RootOpt = Annotated[str | None, typer.Option("--root", help="data folder ($ENVACE_HOME, ./runs)")]
+ReportOpt = Annotated[
+    ReportTo, typer.Option("--report-to", help="also log metrics to trackio or wandb")
+]
 RunDirOpt = Annotated[Path | None, typer.Option("--run-dir", help="write into this run folder")]
 TempOpt = Annotated[float, typer.Option("--temperature", min=0.0, help="sampling temperature")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="sampling seed")]
@@ -304,9 +307,10 @@ def eval_command(
     max_steps: StepsOpt = 200,
     user_max_new_tokens: UserTokensOpt = 128,
     user_temperature: UserTempOpt = 0.0,
+    report_to: ReportOpt = "none",
 ) -> None:
     """Evaluate a model in the real environment (optionally after private rehearsal)."""
-    from envace_engine.cli.train import ProgressSink
+    from envace_engine.cli.train import ProgressSink, tracked
     from envace_engine.cli.users import judge_config, with_user
     from envace_engine.rollout.rewards import make_reward
     from envace_engine.testtime.evaluate import evaluate
@@ -317,10 +321,11 @@ def eval_command(
     job = _prepare(suite, split, n_tasks, opts)
     (checkpoint,) = _checkpoints(model, batch_size)
     job = with_user(job, opts, model[0], checkpoint, batch_size)
-    with open_writer(root, run_dir, "eval", model[0], suite, job.record) as writer:
+    writer = open_writer(root, run_dir, "eval", model[0], suite, job.record)
+    with writer, tracked(writer, report_to, writer.run_id, job.record) as inner:
         sampler = checkpoint.sampler
         meter = sampler if isinstance(sampler, TokenCounting) else None
-        sink = ProgressSink(writer, f"eval {suite}", unit="episode", meter=meter)
+        sink = ProgressSink(inner, f"eval {suite}", unit="episode", meter=meter)
         try:
             total = len(job.tasks) * job.config.repeats  # real episodes, one per task and repeat
             sink.progress(0, total, "starting")
@@ -367,9 +372,10 @@ def sweep_command(
     batch_size: BatchOpt = EVAL_BATCH_SIZE,
     root: RootOpt = None,
     run_dir: RunDirOpt = None,
+    report_to: ReportOpt = "none",
 ) -> None:
     """Sweep rehearsal budget x mode (x checkpoints: repeat --model) and store the grid."""
-    from envace_engine.cli.train import ProgressSink
+    from envace_engine.cli.train import ProgressSink, tracked
     from envace_engine.rollout.rewards import make_reward
     from envace_engine.testtime.evaluate import run_sweep, sweep_settings
 
@@ -382,8 +388,9 @@ def sweep_command(
         raise _fail(err, "--budgets/--rehearsal") from err
     job = _prepare(suite, split, n_tasks, opts)
     record = {**job.record, "budgets": numbers, "modes": rehearsal, "checkpoints": list(model)}
-    with open_writer(root, run_dir, "sweep", ",".join(model), suite, record) as writer:
-        sink = ProgressSink(writer, f"sweep {suite}")
+    writer = open_writer(root, run_dir, "sweep", ",".join(model), suite, record)
+    with writer, tracked(writer, report_to, writer.run_id, record) as inner:
+        sink = ProgressSink(inner, f"sweep {suite}")
         try:
             points = run_sweep(
                 job.tasks,

@@ -34,8 +34,8 @@ SetOpt = Annotated[list[str] | None, typer.Option("--set", help="override one ke
 class WriterSinks:
     """``study.runner.RunSinks`` on ``storage.shards.RunWriter`` runs under one data folder."""
 
-    def __init__(self, root: Path, suite: str) -> None:
-        self.root, self.suite = root, suite
+    def __init__(self, root: Path, suite: str, report_to: str = "none") -> None:
+        self.root, self.suite, self.report_to = root, suite, report_to
 
     def path(self, run_id: str) -> Path:
         """``<root>/runs/<run_id>``."""
@@ -56,8 +56,10 @@ class WriterSinks:
             writer = RunWriter.create(
                 self.root, kind, model=model, suite=self.suite, config=dict(config), run_id=run_id
             )
-        with writer:
-            yield writer
+        from envace_engine.cli.train import tracked
+
+        with writer, tracked(writer, self.report_to, run_id, config) as sink:
+            yield sink
 
 
 def _study_config(
@@ -122,7 +124,7 @@ def study(
         writer.progress(0, 1, message)
 
     with writer:
-        run_study(cfg, writer.path, WriterSinks(root, cfg.suite), log)
+        run_study(cfg, writer.path, WriterSinks(root, cfg.suite, cfg.report_to), log)
     typer.echo(f"study {writer.run_id}: report in {writer.path}/report.md")
 
 

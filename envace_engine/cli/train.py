@@ -10,7 +10,8 @@ ranks train without a sink (the trainer gathers their episodes to rank 0).
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -74,6 +75,21 @@ class ProgressSink:
         self.bar.close()
 
 
+@contextmanager
+def tracked(sink: Sink, report_to: str, name: str, config: Mapping[str, Any]) -> Iterator[Sink]:
+    """``sink``, also logging its metrics to ``report_to`` (trackio, wandb) while open."""
+    from envace_engine.tracking import TrackingSink, open_tracker
+
+    tracker = open_tracker(report_to, project="envace", name=name, config=config)
+    if tracker is None:
+        yield sink
+        return
+    try:
+        yield TrackingSink(sink, tracker)
+    finally:
+        tracker.finish()
+
+
 def _fail(err: Exception) -> typer.BadParameter:
     return typer.BadParameter(str(err), param_hint="--config/--set")
 
@@ -106,8 +122,9 @@ def sft(config: ConfigOpt = None, overrides: SetOpt = None) -> None:
     except (ConfigError, ValueError) as err:
         raise _fail(err) from err
     out = Path(cfg.out_dir) if cfg.out_dir else writer.path / "model"
-    sink = ProgressSink(writer, "sft")
-    with writer:
+    settings = cfg.model_dump(mode="json")
+    with writer, tracked(writer, cfg.report_to, writer.run_id, settings) as inner:
+        sink = ProgressSink(inner, "sft")
         run_sft(cfg, out, sink)
     sink.close()
     typer.echo(f"run {writer.run_id}: model saved to {out}  (train with --set model={out})")
@@ -130,9 +147,10 @@ def train(config: ConfigOpt = None, resume: ResumeOpt = None, overrides: SetOpt 
         writer = RunWriter(run_dir)
         sink = ProgressSink(writer, f"train {writer.run_id}")
     try:
-        if writer is not None:
-            with writer:
-                done = run_train(cfg, run_dir, sink, resume=resume is not None)
+        if writer is not None and sink is not None:
+            settings = cfg.model_dump(mode="json")
+            with writer, tracked(sink, cfg.report_to, writer.run_id, settings) as inner:
+                done = run_train(cfg, run_dir, inner, resume=resume is not None)
         else:
             done = run_train(cfg, run_dir, None, resume=resume is not None)
     finally:

@@ -24,6 +24,7 @@ from envace_engine.config import (
     LossSettings,
     OptimSettings,
     ProbeSettings,
+    ReportTo,
     RolloutSettings,
     Section,
     TrainConfig,
@@ -98,6 +99,7 @@ class StudyConfig(Section):
     root: str | None = None
     run_id: str | None = None
     cost: str = Field("", description="what the full study costs on the reference machine")
+    report_to: ReportTo = Field("none", description="also log every run's metrics to a tracker")
     train: StudyTrain = StudyTrain()
     eval: StudyEval = StudyEval()
     # Filled from ``model``'s checkpoint record by ``config.build`` (INHERITS_PROMPTS) and
