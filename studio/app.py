@@ -41,18 +41,26 @@ CSS = """
 .json-diff table { width: 100%; border-collapse: collapse; }
 .json-diff td { vertical-align: top; width: 50%; padding: 4px; border: 1px solid #ddd; }
 """
-# Keyboard labelling on the Annotate page: keys 1-5 pick a label, Ctrl+Enter saves. Ignored while
-# typing in a text field so notes can contain digits.
+# Keyboard labelling on the Annotate page. While the queue shows a pair (its diff is on the page):
+# keys 1-5 pick its label, Enter saves and moves on, Alt+Left goes back. Otherwise keys 1-5 pick
+# the manual form's label and Ctrl+Enter saves it. Ignored while typing in a text field, so notes
+# can hold digits and new lines.
 HEAD = """
 <script>
 document.addEventListener("keydown", (e) => {
   const page = document.querySelector("#annotate-page");
   if (!page || page.offsetParent === null) return;
   const typing = ["TEXTAREA", "INPUT"].includes(e.target.tagName) && e.target.type !== "radio";
-  if (e.ctrlKey && e.key === "Enter") { document.querySelector("#annot-save")?.click(); return; }
-  if (typing || e.ctrlKey || e.metaKey || e.altKey) return;
+  const queued = !!document.querySelector("#queue-diff table");
+  const click = (sel) => { document.querySelector(sel)?.click(); e.preventDefault(); };
+  if (e.ctrlKey && e.key === "Enter") return click("#annot-save");
+  if (typing || e.ctrlKey || e.metaKey) return;
+  if (queued && e.altKey && e.key === "ArrowLeft") return click("#queue-back");
+  if (e.altKey) return;
+  if (queued && e.key === "Enter") return click("#queue-save");
   const n = parseInt(e.key, 10);
-  const boxes = document.querySelectorAll("#annot-label input[type=radio]");
+  const boxes = document.querySelectorAll(
+    queued ? "#queue-label input[type=radio]" : "#annot-label input[type=radio]");
   if (n >= 1 && n <= boxes.length) { boxes[n - 1].click(); e.preventDefault(); }
 });
 </script>

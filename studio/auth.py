@@ -84,6 +84,12 @@ class AuthPolicy:
         how = "with the Hugging Face button" if self.mode == "hf" else "in the Sign in box"
         raise AuthError(f"read-only: sign in {how} (top of the page) to {action}")
 
+    def author_name(self, user: str | None) -> str:
+        """Who is looking, for reads such as "labelled by me" ("" for an anonymous visitor)."""
+        if user:
+            return user
+        return (getpass.getuser() or "local") if self.mode == "open" else ""
+
     def may_write(self, user: str) -> bool:
         """Whether signed-in ``user`` may write (always, outside ``hf`` mode)."""
         return self.mode != "hf" or "*" in self.writers or user in self.writers

@@ -94,7 +94,11 @@ def export(ctx: Studio, fmt: str) -> str:
 
 
 def build(ctx: Studio, user: gr.State, demo: gr.Blocks) -> None:
-    """Lay out the page and wire its events."""
+    """Lay out the page (the queue first, then the form for any call or episode)."""
+    from studio.pages import queue
+
+    queue.build(ctx, user, demo, lambda u, call, lab, n: save(ctx, u, "call", call, lab, n)[0])
+    gr.Markdown("### Any call or episode")
     gr.Markdown(
         "Label what the world role rehearsed for one tool call (call id "
         "`<episode id>/<call index>`, shown in *Rehearsed vs real*), or a whole episode. "

@@ -1,0 +1,204 @@
+"""The annotation queue (top of the Annotate page): one rehearsed-vs-real pair at a time.
+
+Pick a run and filters (tool, rehearsed and real status, fidelity range, scope: unlabelled by
+me, labelled by others, all); the page shows the pair with its context — the agent's chat up to
+the call, the call, both responses side by side with the differences marked — and labels it
+with keys 1-5; **Enter** saves and moves on, **Alt+←** goes back (script in ``studio.app.HEAD``).
+Progress counts the filtered pairs labelled by you. With two or more authors on the same pairs
+the agreement table shows, per pair of authors, Cohen's kappa, observed and per-label agreement.
+Every view has a deep link: ``?tab=annotate&run=RUN&call=CALL_ID``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gradio as gr
+import pandas as pd
+
+from storage.queue import SCOPES, QueueFilter
+from studio.context import Studio
+from studio.pages import compare, inspector
+
+ANY = "any"
+AGREEMENT_COLUMNS = ["authors", "items", "kappa", "observed", "per label"]
+
+
+def pair_runs(ctx: Studio) -> list[str]:
+    """Runs with scored pairs (the only ones a queue can hold), newest first."""
+    df = ctx.store.fidelity_by_run()
+    return [] if df.empty else sorted(df["run_id"], reverse=True)
+
+
+def queue_filter(
+    run_id: str,
+    author: str,
+    scope: str,
+    tool: str | None,
+    rehearsed: str | None,
+    real: str | None,
+    fid_min: float | None,
+    fid_max: float | None,
+) -> QueueFilter:
+    """The form's values as a ``QueueFilter`` (``any`` and empty mean no filter)."""
+
+    def pick(value: str | None) -> str | None:
+        return None if value in (None, "", ANY) else value
+
+    return QueueFilter(
+        run_id=run_id,
+        author=author,
+        tool=pick(tool),
+        rehearsed_status=pick(rehearsed),
+        real_status=pick(real),
+        fidelity_min=fid_min if fid_min else None,
+        fidelity_max=fid_max if fid_max is not None and fid_max < 1 else None,
+        scope=scope if scope in SCOPES else "unlabelled",  # type: ignore[arg-type]
+    )
+
+
+def context_messages(ctx: Studio, call_id: str) -> list[dict[str, Any]]:
+    """The episode's chat up to and including the call (its answers are in the diff)."""
+    episode_id, _, index = call_id.rpartition("/")
+    out = []
+    for message in inspector.chat_messages(ctx.store.episode(episode_id)):
+        meta = message.get("metadata") or {}
+        if meta.get("parent_id") == f"call-{index}":
+            break
+        out.append(message)
+    return out
+
+
+def show(ctx: Studio, f: QueueFilter, call_id: str | None) -> tuple[str, list, str, str]:
+    """(header, context, diff, progress) of the queue at ``call_id`` (None: the end)."""
+    mine, total = ctx.store.queue_progress(f)
+    progress = f"**{mine} / {total}** labelled by you" + (f" in `{f.run_id}`" if total else "")
+    if call_id is None:
+        done = "Nothing to label with these filters." if not total else "End of the queue."
+        return f"{done} Change the filters or the scope.", [], "", progress
+    head, diff = compare.pair_detail(ctx, call_id)
+    link = f" · link: `?tab=annotate&run={f.run_id}&call={call_id}`"
+    return f"`{call_id}` · {head}{link}", context_messages(ctx, call_id), diff, progress
+
+
+def agreement_frame(ctx: Studio, run_id: str | None) -> pd.DataFrame:
+    """One row per pair of authors who labelled the same calls of the run."""
+    if not run_id:
+        return pd.DataFrame(columns=AGREEMENT_COLUMNS)
+    rows = []
+    for (a, b), got in ctx.store.agreement(run_id).items():
+        per = ", ".join(f"{k} {v:.2f}" for k, v in got.per_label.items())
+        rows.append(
+            {
+                "authors": f"{a} · {b}",
+                "items": got.n,
+                "kappa": round(got.kappa, 3),
+                "observed": round(got.observed, 3),
+                "per label": per,
+            }
+        )
+    return pd.DataFrame(rows, columns=AGREEMENT_COLUMNS)
+
+
+def step(
+    ctx: Studio, user: str | None, values: list[Any], at: str | None, back: bool = False
+) -> tuple[Any, ...]:
+    """Move the queue (from ``at``; None: the start) and render; (state, *views)."""
+    run_id = values[0]
+    if not run_id:
+        return (None, "Pick a run to label.", [], "", "", None, gr.update())
+    f = queue_filter(run_id, ctx.policy.author_name(user), *values[1:])
+    try:
+        nxt = ctx.store.queue_next(f, at, back=back)
+    except KeyError as err:
+        return (None, f"**Queue reset:** {err.args[0]}", [], "", "", None, gr.update())
+    if back and nxt is None:
+        nxt = at  # already at the first item
+    head, chat, diff, progress = show(ctx, f, nxt)
+    return (nxt, head, chat, diff, progress, None, nxt or "")
+
+
+def build(ctx: Studio, user: gr.State, demo: gr.Blocks, save: Any) -> gr.Textbox:
+    """The queue section; ``save(user, call_id, label, note) -> message`` stores one label.
+
+    Returns the label radio's target textbox so the page's manual form shares it."""
+    gr.Markdown("### Queue")
+    with gr.Row():
+        run = gr.Dropdown(pair_runs(ctx), label="run", elem_id="queue-run", scale=2)
+        scope = gr.Radio(list(SCOPES), value="unlabelled", label="scope", elem_id="queue-scope")
+    with gr.Row():
+        tool = gr.Textbox(ANY, label="tool", elem_id="queue-tool")
+        rehearsed = gr.Dropdown([ANY, "ok", "error"], value=ANY, label="rehearsed status")
+        real = gr.Dropdown([ANY, "ok", "error"], value=ANY, label="real status")
+        fid_min = gr.Number(0, label="fidelity ≥", minimum=0, maximum=1)
+        fid_max = gr.Number(1, label="fidelity ≤", minimum=0, maximum=1)
+    with gr.Row():
+        start = gr.Button("Start / restart", elem_id="queue-start")
+        back = gr.Button("Back (Alt+←)", elem_id="queue-back")
+        skip = gr.Button("Skip", elem_id="queue-skip")
+    progress = gr.Markdown(elem_id="queue-progress")
+    head = gr.Markdown(elem_id="queue-head")
+    chat = gr.Chatbot(label="context up to the call", height=300, elem_id="queue-context")
+    diff = gr.HTML(elem_id="queue-diff")
+    label = gr.Radio(list(_labels()), label="label (keys 1-5)", elem_id="queue-label")
+    note = gr.Textbox(label="note", lines=1, elem_id="queue-note")
+    save_btn = gr.Button("Save and next (Enter)", variant="primary", elem_id="queue-save")
+    message = gr.Markdown(elem_id="queue-message")
+    agree = gr.Dataframe(
+        pd.DataFrame(columns=AGREEMENT_COLUMNS),
+        interactive=False,
+        label="agreement between authors on this run",
+        elem_id="queue-agreement",
+    )
+    current = gr.State(None)
+    target = gr.Textbox(visible=False)
+    form = [run, scope, tool, rehearsed, real, fid_min, fid_max]
+    views = [current, head, chat, diff, progress, label, target]
+
+    def begin(u: str | None, *values: Any) -> tuple[Any, ...]:
+        return (*step(ctx, u, list(values), None), agreement_frame(ctx, values[0]))
+
+    def move(u: str | None, at: str | None, *values: Any, back: bool = False) -> tuple[Any, ...]:
+        return step(ctx, u, list(values), at, back=back)
+
+    def save_next(u: str | None, at: str | None, lab: str | None, n: str, *values: Any):
+        if at is None:
+            return (at, *(gr.update(),) * 6, "Start the queue first.", n, gr.update())
+        said = save(u, at, lab, n)
+        if not said.startswith("Saved"):
+            return (at, *(gr.update(),) * 6, said, n, gr.update())
+        return (*step(ctx, u, list(values), at), said, "", agreement_frame(ctx, values[0]))
+
+    def again(u: str | None, at: str | None, *values: Any) -> tuple[Any, ...]:
+        """Re-show the current pair (after a sign-in: "labelled by you" is someone else now)."""
+        at = at or None  # the hidden textbox's value: "" before any pair
+        if not values[0] or at is None:
+            return (gr.update(),) * len(views)
+        f = queue_filter(values[0], ctx.policy.author_name(u), *values[1:])
+        return (at, *show(ctx, f, at), gr.update(), at)
+
+    start.click(begin, [user, *form], [*views, agree])
+    user.change(again, [user, target, *form], views)
+    run.input(begin, [user, *form], [*views, agree])  # a user's pick, not a deep link's
+    skip.click(move, [user, current, *form], views)
+    back.click(lambda u, at, *v: move(u, at, *v, back=True), [user, current, *form], views)
+    save_btn.click(save_next, [user, current, label, note, *form], [*views, message, note, agree])
+
+    def from_link(u: str | None, request: gr.Request) -> tuple[Any, ...]:
+        params = request.query_params if request else {}
+        run_id, call = params.get("run", ""), params.get("call", "")
+        if params.get("tab") != "annotate" or not run_id:
+            return (gr.update(),) * (len(views) + 2)
+        f = queue_filter(run_id, ctx.policy.author_name(u), "all", None, None, None, None, None)
+        at = call or ctx.store.queue_next(f)
+        agree_now = agreement_frame(ctx, run_id)
+        return (gr.update(value=run_id), at, *show(ctx, f, at), None, at or "", agree_now)
+
+    demo.load(from_link, [user], [run, *views, agree])
+    return target
+
+
+def _labels() -> tuple[str, ...]:
+    from studio.pages.annotate import CALL_LABELS
+
+    return CALL_LABELS
