@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from envace_engine.config import SFTConfig, TrainConfig, build
@@ -181,8 +182,17 @@ def test_annotation_history_and_export(ctx):
     history = annotate.history(ctx, "ep-0-1/1")
     assert list(history["label"]) == ["plausible-but-wrong", "hallucinated-success"]
     assert list(history["author"]) == ["bo", "ana"]
-    path = annotate.export(ctx, "csv")
-    assert "hallucinated-success" in Path(path).read_text()
+    labels, agreement = annotate.export(ctx, "csv")
+    assert "hallucinated-success" in Path(labels).read_text()
+    # ana and bo labelled one call differently: 1 item, observed 0, kappa 0 (p_e = 0)
+    rows = pd.read_csv(agreement)
+    assert list(rows[["author_a", "author_b", "items", "observed", "kappa"]].iloc[0]) == [
+        "ana",
+        "bo",
+        1,
+        0.0,
+        0.0,
+    ]
 
 
 @pytest.mark.parametrize(

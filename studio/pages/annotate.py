@@ -82,15 +82,30 @@ def history(ctx: Studio, target_id: str | None) -> pd.DataFrame:
     return df.reindex(columns=HISTORY_COLUMNS)
 
 
-def export(ctx: Studio, fmt: str) -> str:
-    """Write every label to a temporary CSV or JSONL file and return its path (for download)."""
-    df = ctx.store.export_labels()
-    out = Path(tempfile.mkdtemp(prefix="envace-labels-")) / f"labels.{fmt}"
-    if fmt == "csv":
-        df.to_csv(out, index=False)
-    else:
-        df.to_json(out, orient="records", lines=True)
-    return str(out)
+def export(ctx: Studio, fmt: str) -> list[str]:
+    """Write every label, and the agreement between authors per run, to temporary CSV or JSONL
+    files; their paths (for download)."""
+    folder = Path(tempfile.mkdtemp(prefix="envace-labels-"))
+    written = []
+    for name, df in (("labels", ctx.store.export_labels()), ("agreement", agreement_rows(ctx))):
+        out = folder / f"{name}.{fmt}"
+        if fmt == "csv":
+            df.to_csv(out, index=False)
+        else:
+            df.to_json(out, orient="records", lines=True)
+        written.append(str(out))
+    return written
+
+
+def agreement_rows(ctx: Studio) -> pd.DataFrame:
+    """Per run and pair of authors: items both labelled, kappa, observed and per-label agreement."""
+    rows = []
+    for run_id in ctx.store.export_labels()["run_id"].dropna().unique():
+        for (a, b), got in ctx.store.agreement(str(run_id)).items():
+            base = {"run_id": run_id, "author_a": a, "author_b": b, "items": got.n}
+            rows.append({**base, "kappa": got.kappa, "observed": got.observed})
+            rows[-1].update({f"agree/{k}": v for k, v in got.per_label.items()})
+    return pd.DataFrame(rows, columns=None if rows else ["run_id", "author_a", "author_b"])
 
 
 def build(ctx: Studio, user: gr.State, demo: gr.Blocks) -> None:
@@ -121,7 +136,7 @@ def build(ctx: Studio, user: gr.State, demo: gr.Blocks) -> None:
     with gr.Row():
         fmt = gr.Radio(["csv", "jsonl"], value="csv", label="export format")
         export_btn = gr.Button("Export all labels")
-        download = gr.File(label="labels file")
+        download = gr.File(label="labels and agreement files", file_count="multiple")
 
     kind.change(lambda k: gr.update(choices=labels_for(k), value=None), [kind], [label])
     save_btn.click(
