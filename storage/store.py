@@ -40,6 +40,7 @@ from storage.layout import (
 from storage.queries import Queries
 from storage.queue import QueueQueries
 from storage.schema import SCHEMA_VERSION, SchemaVersionError, check_version
+from storage.search import SearchQueries
 from storage.tables import Annotation, BudgetChoice, Job, RunRecord, SchemaInfo
 from storage.views import ViewSet
 
@@ -60,7 +61,7 @@ def _database_path(root: Path, url: str | None) -> str:
     return url.removeprefix("duckdb:///")
 
 
-class Store(Queries, QueueQueries):
+class Store(Queries, QueueQueries, SearchQueries):
     """Studio-side storage: SQLModel tables, the shard index and views (see module doc)."""
 
     def __init__(self, root: Path | str, url: str | None = None) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
+from storage.search import ROLES as SEARCH_ROLES
 from studio.context import Studio
 
 PAGE_SIZE = 50
@@ -34,6 +35,10 @@ TOKEN_COLOURS = {
     "rehearse (trained)": "#ff9800",
     "not trained": "#d0d0d0",
 }
+
+
+SEARCH_COLUMNS = ["episode_id", "step", "task_id", "reward", "stop_reason", "role", "snippet"]
+SEARCH_LIMIT = 100
 
 
 def _present(value: Any) -> bool:
@@ -244,6 +249,42 @@ def next_failure(ctx: Studio, run_id: str | None, episode_id: str) -> str:
     return found or episode_id
 
 
+def search(
+    ctx: Studio,
+    run_id: str | None,
+    text: str,
+    roles: list[str],
+    stop: str,
+    mismatch: bool,
+    tool: str,
+) -> tuple[Any, str]:
+    """(results table, message) of a text search in the run with the page's filters."""
+    from storage.search import SearchQuery, snippet
+
+    try:
+        if not run_id:
+            raise ValueError("pick a run first")
+        q = SearchQuery(
+            run_id,
+            text or "",
+            roles=tuple(roles or ()),
+            stop_reason=stop or None,
+            status_mismatch=bool(mismatch),
+            tool=(tool or "").strip() or None,
+            limit=SEARCH_LIMIT,
+        )
+    except ValueError as err:
+        return gr.update(visible=False), f"**Search:** {err}"
+    hits = ctx.store.search(q)
+    if hits.empty:
+        return gr.update(visible=False), f"No match for “{q.text}” with these filters."
+    hits["snippet"] = [snippet(t, q.text) for t in hits["text"]]
+    table = hits.reindex(columns=SEARCH_COLUMNS)
+    more = " (the first ones: narrow the filters)" if len(hits) == SEARCH_LIMIT else ""
+    message = f"{len(hits)} match(es){more}; click one to open its episode."
+    return gr.update(value=table, visible=True), message
+
+
 def run_ids(ctx: Studio) -> list[str]:
     """Run ids for the picker."""
     df = ctx.store.runs()
@@ -280,6 +321,21 @@ def build(ctx: Studio, tab: gr.Tab) -> None:
             label="stop reason",
         )
         page = gr.Number(1, label="page", precision=0, minimum=1)
+    with gr.Accordion("Search this run", open=True, elem_id="insp-search-box"), gr.Row():
+        query = gr.Textbox(label="text", placeholder="a phrase", elem_id="insp-search", scale=3)
+        roles = gr.CheckboxGroup(list(SEARCH_ROLES), value=list(SEARCH_ROLES), label="in")
+        mismatch = gr.Checkbox(False, label="status mismatch", elem_id="insp-mismatch")
+        tool = gr.Textbox(label="tool", elem_id="insp-tool")
+        go = gr.Button("Search", elem_id="insp-search-go", scale=1)
+    found = gr.Dataframe(
+        pd.DataFrame(columns=SEARCH_COLUMNS),
+        interactive=False,
+        max_height=240,
+        datatype=["str", "number", "str", "number", "str", "str", "html"],
+        elem_id="insp-search-results",
+        visible=False,
+    )
+    searched = gr.Markdown(elem_id="insp-search-message")
     pager = gr.Markdown(elem_id="insp-pager")
     table = gr.Dataframe(
         pd.DataFrame(columns=LIST_COLUMNS),
@@ -319,6 +375,10 @@ def build(ctx: Studio, tab: gr.Tab) -> None:
         return (episode_id, *open_episode(ctx, episode_id))
 
     table.select(pick, [table], [episode, *outputs])
+    found.select(pick, [found], [episode, *outputs])
+    ask = [run, query, roles, stop, mismatch, tool]
+    go.click(lambda *v: search(ctx, *v), ask, [found, searched])
+    query.submit(lambda *v: search(ctx, *v), ask, [found, searched])
 
     def jump(run_id: str | None, current: str) -> tuple[object, ...]:
         episode_id = next_failure(ctx, run_id, current)
