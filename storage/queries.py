@@ -252,11 +252,19 @@ class Queries:
         )
 
     @fresh
-    def episode(self, episode_id: str) -> EpisodeView:
-        """One episode with its ordered turns, calls, rehearsals, advantages and labels."""
-        rows = self._sql("SELECT * FROM episode_index WHERE episode_id = ? LIMIT 1", [episode_id])
+    def episode(self, episode_id: str, run_id: str | None = None) -> EpisodeView:
+        """One episode with its ordered turns, calls, rehearsals, advantages and labels.
+
+        Episode ids are unique within a run, not across runs (two runs of one config reuse
+        them): pass ``run_id`` to say which run's; without it the first run's in list order."""
+        rows = self._sql(
+            f"""SELECT * FROM episode_index e WHERE episode_id = ? AND (? IS NULL OR run_id = ?)
+            ORDER BY {_order("e", None)} LIMIT 1""",
+            [episode_id, run_id, run_id],
+        )
         if rows.empty:
-            raise KeyError(f"no episode {episode_id!r} in any run")
+            where = f"run {run_id!r}" if run_id else "any run"
+            raise KeyError(f"no episode {episode_id!r} in {where}")
         row = rows.iloc[0].to_dict()
         shard = str(row.pop("filename"))
         # Sibling shards of the same step hold its turns: read one file, not the whole glob.

@@ -20,7 +20,17 @@ import gradio as gr
 from studio import space
 from studio.auth import AuthError, AuthPolicy
 from studio.context import Studio
-from studio.pages import annotate, budget, compare, home, inspector, rehearse, runs, study
+from studio.pages import (
+    annotate,
+    budget,
+    compare,
+    home,
+    inspector,
+    rehearse,
+    runs,
+    runs_compare,
+    study,
+)
 from studio.space import HostLimits
 
 TITLE = "EnvACE Studio"
@@ -30,6 +40,7 @@ PAGES = {
     "runs": "Runs & jobs",
     "inspector": "Trajectory inspector",
     "compare": "Rehearsed vs real",
+    "runs-compare": "Compare runs",
     "annotate": "Annotate",
     "budget": "Rehearsal budget",
     "rehearse": "Live rehearse",
@@ -137,6 +148,8 @@ def build_app(
                 inspector.build(ctx, tab)
             with gr.Tab(PAGES["compare"], id="compare", elem_id="compare-page") as tab:
                 compare.build(ctx, tab)
+            with gr.Tab(PAGES["runs-compare"], id="runs-compare", elem_id="cmp-page") as tab:
+                runs_compare.build(ctx, tab)
             with gr.Tab(PAGES["annotate"], id="annotate", elem_id="annotate-page"):
                 annotate.build(ctx, user, demo)
             with gr.Tab(PAGES["budget"], id="budget", elem_id="budget-page") as tab:

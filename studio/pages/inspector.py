@@ -223,13 +223,16 @@ def episode_list(
     return df.reindex(columns=LIST_COLUMNS), f"{total} episode(s) · page {page} of {pages}"
 
 
-def open_episode(ctx: Studio, episode_id: str) -> tuple[list[dict[str, Any]], str, list, str]:
-    """(chat messages, summary, token chunks, status line) for one episode id."""
+def open_episode(
+    ctx: Studio, episode_id: str, run_id: str | None = None
+) -> tuple[list[dict[str, Any]], str, list, str]:
+    """(chat messages, summary, token chunks, status line) for one episode id (of ``run_id``
+    when given: ids repeat across runs)."""
     episode_id = (episode_id or "").strip()
     if not episode_id:
         return [], "Pick an episode from the list or paste its id.", [], ""
     try:
-        view = ctx.store.episode(episode_id)
+        view = ctx.store.episode(episode_id, run_id)
     except KeyError:
         return (
             [],
@@ -369,13 +372,13 @@ def build(ctx: Studio, tab: gr.Tab) -> None:
     show.click(lambda e: open_episode(ctx, e), [episode], outputs)
     episode.submit(lambda e: open_episode(ctx, e), [episode], outputs)
 
-    def pick(evt: gr.SelectData, df: pd.DataFrame) -> tuple[object, ...]:
+    def pick(evt: gr.SelectData, df: pd.DataFrame, run_id: str | None) -> tuple[object, ...]:
         row = evt.index[0] if isinstance(evt.index, (list, tuple)) else evt.index
         episode_id = str(df.iloc[row]["episode_id"])
-        return (episode_id, *open_episode(ctx, episode_id))
+        return (episode_id, *open_episode(ctx, episode_id, run_id))  # the listed run's
 
-    table.select(pick, [table], [episode, *outputs])
-    found.select(pick, [found], [episode, *outputs])
+    table.select(pick, [table, run], [episode, *outputs])
+    found.select(pick, [found, run], [episode, *outputs])
     ask = [run, query, roles, stop, mismatch, tool]
     go.click(lambda *v: search(ctx, *v), ask, [found, searched])
     query.submit(lambda *v: search(ctx, *v), ask, [found, searched])
@@ -391,13 +394,13 @@ def build(ctx: Studio, tab: gr.Tab) -> None:
             return tuple(gr.update() for _ in range(4 + len(outputs)))
         episode_id = request.query_params.get("episode", "") if request else ""
         run_id = request.query_params.get("run") if request else None
-        if episode_id:
+        if episode_id and not run_id:  # ids repeat across runs: &run= says which
             with contextlib.suppress(KeyError):  # an unknown id is reported by open_episode
                 run_id = ctx.store.episode(episode_id).episode["run_id"]
         choices = run_ids(ctx)  # runs may have appeared since the app was built
         run_id = run_id or next(iter(choices), None)
         listing = episode_list(ctx, run_id, "", "", "", 1)
         picker = gr.update(choices=choices, value=run_id)
-        return (episode_id, picker, *listing, *open_episode(ctx, episode_id))
+        return (episode_id, picker, *listing, *open_episode(ctx, episode_id, run_id))
 
     tab.select(deep_link, [run], [episode, run, table, pager, *outputs])

@@ -1,0 +1,143 @@
+"""Compare runs: two or more runs' curves on shared axes, and per task who solved it.
+
+Pick runs (deep link ``?tab=runs-compare&runs=A,B``); one curve metric is drawn for every run
+on the same axes; the task table gives each run's success rate per task and, for the first two
+runs, which solved it (``A only``, ``B only``, ``both``, ``neither``); a click on a task opens
+the first two runs' episodes on it side by side (each run's first success, else first try).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import altair as alt
+import gradio as gr
+import pandas as pd
+
+from studio import charts
+from studio.context import Studio
+from studio.pages import inspector
+
+OUTCOMES = ("all", "A only", "B only", "both", "neither")
+
+
+def run_choices(ctx: Studio) -> list[str]:
+    """Every run id, newest first."""
+    df = ctx.store.runs()
+    return [] if df.empty else list(df["run_id"])
+
+
+def shared_curves(ctx: Studio, run_ids: list[str], metric: str) -> alt.Chart:
+    """One line per run for ``metric`` over steps."""
+    frames = []
+    for run_id in run_ids:
+        df = ctx.store.curves(run_id)
+        df = df[df["name"] == metric]
+        frames.append(df.assign(run=run_id))
+    data = pd.concat(frames) if frames else pd.DataFrame()
+    if data.empty:
+        return charts.empty(f"no {metric} in these runs")
+    return (
+        alt.Chart(data[["step", "value", "run"]], title=metric)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("step:Q", axis=alt.Axis(format="d", tickMinStep=1)),
+            y=alt.Y("value:Q", title=metric),
+            color=alt.Color("run:N", legend=alt.Legend(orient="bottom")),
+            tooltip=["run:N", "step:Q", alt.Tooltip("value:Q", format=".3f")],
+        )
+        .properties(width=charts.WIDTH, height=charts.HEIGHT)
+    )
+
+
+def metrics_of(ctx: Studio, run_ids: list[str]) -> list[str]:
+    """Curve metrics every chosen run logged."""
+    names = [set(ctx.store.curves(r)["name"]) for r in run_ids]
+    return sorted(set.intersection(*names)) if names else []
+
+
+def outcome(a: float | None, b: float | None) -> str:
+    """Who solved a task at least once: ``A only``, ``B only``, ``both`` or ``neither``."""
+    solved_a, solved_b = bool(a and a > 0), bool(b and b > 0)
+    return {(True, True): "both", (True, False): "A only", (False, True): "B only"}.get(
+        (solved_a, solved_b), "neither"
+    )
+
+
+def task_table(ctx: Studio, run_ids: list[str], which: str) -> tuple[pd.DataFrame, str]:
+    """(per-task success % per run with the A/B outcome, message)."""
+    try:
+        wide = ctx.store.task_outcomes(run_ids)
+    except ValueError as err:
+        return pd.DataFrame(columns=["task_id"]), f"**Compare:** {err}"
+    a, b = run_ids[0], run_ids[1]
+    wide["outcome"] = [outcome(x, y) for x, y in zip(wide[a], wide[b], strict=True)]
+    counts = wide["outcome"].value_counts().to_dict()
+    if which != "all":
+        wide = wide[wide["outcome"] == which]
+    for r in run_ids:
+        wide[r] = (wide[r] * 100).round(1)
+    summary = ", ".join(f"{k}: {counts.get(k, 0)}" for k in OUTCOMES[1:])
+    return wide, f"A = `{a}`, B = `{b}` · {summary} tasks · success % per run"
+
+
+def side_by_side(ctx: Studio, run_ids: list[str], task_id: str) -> tuple[Any, ...]:
+    """(header A, chat A, header B, chat B) for one task."""
+    out: list[Any] = []
+    for run_id in run_ids[:2]:
+        episode_id = ctx.store.task_episode(run_id, task_id)
+        if episode_id is None:
+            out += [f"`{run_id}` never tried `{task_id}`.", []]
+            continue
+        chat, summary, _, _ = inspector.open_episode(ctx, episode_id, run_id)
+        link = f"[open in inspector](?tab=inspector&run={run_id}&episode={episode_id})"
+        out += [f"**{run_id}** · {link}\n\n{summary}", chat]
+    return tuple(out)
+
+
+def build(ctx: Studio, tab: gr.Tab) -> None:
+    """Lay out the page and wire its events."""
+    runs = gr.Dropdown(
+        run_choices(ctx), multiselect=True, label="runs (A, B, …)", elem_id="cmp-runs"
+    )
+    with gr.Row():
+        metric = gr.Dropdown([], label="curve", elem_id="cmp-metric")
+        which = gr.Radio(list(OUTCOMES), value="all", label="tasks", elem_id="cmp-which")
+    plot = gr.Plot(label="curves on shared axes", elem_id="cmp-plot")
+    message = gr.Markdown(elem_id="cmp-message")
+    table = gr.Dataframe(interactive=False, max_height=300, elem_id="cmp-tasks")
+    with gr.Row():
+        with gr.Column():
+            head_a = gr.Markdown(elem_id="cmp-head-a")
+            chat_a = gr.Chatbot(label="A", height=420, elem_id="cmp-chat-a")
+        with gr.Column():
+            head_b = gr.Markdown(elem_id="cmp-head-b")
+            chat_b = gr.Chatbot(label="B", height=420, elem_id="cmp-chat-b")
+
+    def refresh(run_ids: list[str] | None, chosen: str | None, kind: str) -> tuple[Any, ...]:
+        run_ids = list(run_ids or [])
+        if len(run_ids) < 2:
+            return gr.update(), None, "Pick two or more runs.", pd.DataFrame()
+        names = metrics_of(ctx, run_ids)
+        pick = chosen if chosen in names else next(iter(names), "")
+        df, msg = task_table(ctx, run_ids, kind)
+        chart = shared_curves(ctx, run_ids, pick) if pick else charts.empty("no shared curves")
+        return gr.update(choices=names, value=pick or None), chart, msg, df
+
+    for control in (runs, metric, which):
+        control.input(refresh, [runs, metric, which], [metric, plot, message, table])
+
+    def pick(evt: gr.SelectData, df: pd.DataFrame, run_ids: list[str]) -> tuple[Any, ...]:
+        row = evt.index[0] if isinstance(evt.index, (list, tuple)) else evt.index
+        return side_by_side(ctx, list(run_ids), str(df.iloc[row]["task_id"]))
+
+    table.select(pick, [table, runs], [head_a, chat_a, head_b, chat_b])
+
+    def from_link(request: gr.Request) -> tuple[Any, ...]:
+        wanted = request.query_params.get("runs", "") if request else ""
+        run_ids = [r for r in wanted.split(",") if r]
+        if len(run_ids) < 2:
+            return (gr.update(),) * 5
+        return (gr.update(choices=run_choices(ctx), value=run_ids), *refresh(run_ids, None, "all"))
+
+    tab.select(from_link, None, [runs, metric, plot, message, table])
