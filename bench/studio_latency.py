@@ -1,10 +1,18 @@
-"""Studio page load with 10k episodes in storage, in headless Debian chromium.
+"""Studio latency with many episodes in storage, in headless Debian chromium.
 
-Builds a data folder holding one run of 10,000 episodes (RunWriter shards, 20 steps x 500),
-starts the studio on it, and times page loads in a real browser: from navigation until the runs
-table shows the run (``load_s``), and until a deep-linked episode's turns are drawn in the
-inspector (``inspector_s``). The baseline is the same studio on an empty data folder, measured
-in the same run. Target: load_s < 2 s. Prints one JSON object as the last line:
+Builds a data folder holding one run of ``--episodes`` episodes (RunWriter shards, 20 steps) and
+a second run of 1,000 (for the comparison), starts the studio on it, and times in a real
+browser, each from the user's action until the answer is drawn:
+
+* ``load_s``: navigation until the runs table shows the run;
+* ``inspector_s``: a deep-linked episode until its turns are drawn;
+* ``queue_next_s``: *Skip* on the annotation queue (deep-linked mid-run) until the next pair;
+* ``search_s``: *Search* for a phrase in the big run until the hits are listed;
+* ``compare_runs_s``: a deep-linked two-run comparison until its task table is drawn.
+
+The baseline is the same studio on an empty data folder, measured in the same run. Targets at
+1M episodes: load_s and inspector_s < 1 s, queue_next_s < 0.3 s, search_s and compare_runs_s
+< 1 s. Prints one JSON object as the last line:
 
     python bench/studio_latency.py [--quick] [--episodes N] [--repeats R]
 """
@@ -37,7 +45,9 @@ from envace_engine.types import (  # noqa: E402
 from storage.shards import RunWriter  # noqa: E402
 from tests.browser import chromium_page, studio_server  # noqa: E402
 
-RUN_ID = "bench-10k"
+RUN_ID = "bench-big"
+ANSWERS = {False: "There are 3.", True: "There are 3 (checked twice)."}  # a rare phrase
+OTHER = "bench-small"
 STEPS = 20
 
 
@@ -56,7 +66,7 @@ def make_episode(step: int, i: int) -> Episode:
             Segment(Role.PROMPT, ids, "system + user: how many?"),
             act,
             Segment(Role.TOOL, ids[:6], '{"qty": 3}'),
-            Segment(Role.ACT, ids[:5], "There are 3.", (-0.2,) * 5),
+            Segment(Role.ACT, ids[:5], ANSWERS[i % 997 == 0], (-0.2,) * 5),
         ),
         rehearsals=(
             Rehearsal(0, ids, Segment(Role.REHEARSE, ids[:8], '{"qty": 3}', (-0.1,) * 8), True),
@@ -75,10 +85,10 @@ def make_episode(step: int, i: int) -> Episode:
     )
 
 
-def build(root: Path, episodes: int) -> float:
+def build(root: Path, episodes: int, run_id: str = RUN_ID) -> float:
     """Write ``episodes`` episodes in ``STEPS`` steps; returns seconds taken."""
     start = time.perf_counter()
-    writer = RunWriter.create(root, "train", model="tiny", suite="toy", run_id=RUN_ID)
+    writer = RunWriter.create(root, "train", model="tiny", suite="toy", run_id=run_id)
     per = max(1, episodes // STEPS)
     for step in range(STEPS):
         writer.episodes(step, [make_episode(step, i) for i in range(per)])
@@ -100,6 +110,70 @@ def time_loads(url: str, repeats: int, needle: str, query: str = "") -> list[flo
     return times
 
 
+def time_actions(page: object, repeats: int, act: object, done: object) -> list[float]:
+    """Seconds from ``act(page, i)`` until ``done(page, i)`` returns, ``repeats`` times."""
+    times = []
+    for i in range(repeats):
+        start = time.perf_counter()
+        act(page, i)  # type: ignore[operator]
+        done(page, i)  # type: ignore[operator]
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def time_queue(url: str, repeats: int, episodes: int) -> list[float]:
+    """Skip through the annotation queue, deep-linked to a pair in the middle of the run."""
+    per = max(1, episodes // STEPS)
+    middle = f"e{STEPS // 2}-{per // 2}/0"
+    with chromium_page() as page:
+        page.goto(f"{url}/?tab=annotate&run={RUN_ID}&call={middle}")
+        head = page.locator("#queue-head")
+        head.get_by_text(middle, exact=True).wait_for(timeout=120_000)
+        shown = [middle]
+
+        def act(p: object, i: int) -> None:
+            shown.append(head.inner_text())
+            page.locator("#queue-skip").click()
+
+        def done(p: object, i: int) -> None:
+            page.wait_for_function(
+                "t => document.querySelector('#queue-head').innerText !== t",
+                arg=shown[-1],
+                timeout=120_000,
+            )
+
+        return time_actions(page, repeats, act, done)
+
+
+def time_search(url: str, repeats: int) -> list[float]:
+    """Search the big run, alternating a phrase in every episode with one in 1 of 997: the
+    hit counts differ, so each search's answer is a new message to wait for."""
+    phrases = ("There are 3", "checked twice")
+    with chromium_page() as page:
+        page.goto(f"{url}/?tab=inspector&run={RUN_ID}")
+        page.locator("#episode-list").get_by_text("e0-0", exact=True).first.wait_for(
+            timeout=120_000
+        )
+        box = page.locator("#insp-search textarea, #insp-search input").first
+        message = page.locator("#insp-search-message")
+        before: list[str] = []
+
+        def act(p: object, i: int) -> None:
+            box.fill(phrases[i % 2])
+            before.append(message.inner_text())
+            page.locator("#insp-search-go").click()
+
+        def done(p: object, i: int) -> None:
+            page.wait_for_function(
+                "t => { const m = document.querySelector('#insp-search-message').innerText;"
+                " return m !== t && m.includes('match'); }",
+                arg=before[-1],
+                timeout=120_000,
+            )
+
+        return time_actions(page, 2 * repeats, act, done)
+
+
 def main() -> None:
     """Measure and print the JSON line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -112,13 +186,17 @@ def main() -> None:
     os.environ["ENVACE_DEMO"] = "0"  # the empty baseline must really be empty
     with tempfile.TemporaryDirectory() as full, tempfile.TemporaryDirectory() as empty:
         build_s = build(Path(full), args.episodes)
+        build(Path(full), 1000, OTHER)
         with studio_server(Path(empty)) as url:
             base = time_loads(url, repeats, "Launch a job", "?tab=runs")
-        with studio_server(Path(full)) as url:
+        with studio_server(Path(full), timeout_s=600) as url:
             loads = time_loads(url, repeats, RUN_ID, "?tab=runs")
             inspector = time_loads(
-                url, repeats, "tool call 0: get_stock", "?tab=inspector&episode=e10-3"
+                url, repeats, "tool call 0: get_stock", f"?tab=inspector&run={RUN_ID}&episode=e10-3"
             )
+            queue = time_queue(url, repeats, args.episodes)
+            search = time_search(url, repeats)
+            compare = time_loads(url, repeats, "task-0", f"?tab=runs-compare&runs={RUN_ID},{OTHER}")
     load_s, base_s = statistics.median(loads), statistics.median(base)
     result = {
         "episodes": args.episodes,
@@ -126,9 +204,12 @@ def main() -> None:
         "build_s": round(build_s, 2),
         "load_s": round(load_s, 3),
         "inspector_s": round(statistics.median(inspector), 3),
+        "queue_next_s": round(statistics.median(queue), 3),
+        "search_s": round(statistics.median(search), 3),
+        "compare_runs_s": round(statistics.median(compare), 3),
         "baseline_empty_load_s": round(base_s, 3),
         "ratio": round(load_s / base_s, 3),
-        "target_load_s": 2.0,
+        "target_load_s": 1.0,
         "loads": [round(t, 3) for t in loads],
     }
     print(json.dumps(result))
