@@ -154,8 +154,8 @@ def build_app(
                 annotate.build(ctx, user, demo)
             with gr.Tab(PAGES["budget"], id="budget", elem_id="budget-page") as tab:
                 budget.build(ctx, user, tab)
-            with gr.Tab(PAGES["rehearse"], id="rehearse", elem_id="rehearse-page"):
-                rehearse.build(ctx)
+            with gr.Tab(PAGES["rehearse"], id="rehearse", elem_id="rehearse-page") as tab:
+                rehearse.build(ctx, tab)
 
         # Pick the ?tab= page in the browser: no server round trip before the page shows.
         demo.load(None, None, None, js=SELECT_TAB_JS)

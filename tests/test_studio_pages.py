@@ -136,7 +136,9 @@ def test_inspector_nests_rehearsed_and_real_under_each_call(ctx):
     assert "| 0.000 | done |" in head and "-0.500" in head  # reward 0, act advantage 0 - 0.5
     roles = {label for _, label in tokens}
     assert {"act (trained)", "rehearse (trained)", "not trained"} <= roles
-    assert link == "Deep link: `?tab=inspector&episode=ep-0-1`"
+    here = "run=train-demo&episode=ep-0-1"
+    assert link.startswith(f"Deep link: `?tab=inspector&{here}`")
+    assert f"(?tab=rehearse&{here})" in link and "(?tab=annotate&episode=ep-0-1)" in link
 
 
 def test_inspector_unknown_episode_and_next_failure(ctx):

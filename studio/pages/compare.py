@@ -17,7 +17,9 @@ from studio import charts
 from studio.context import Studio
 
 PAGE_SIZE = 50
+OPEN = "inspector ↗"  # the cell that opens the pair's episode in the inspector
 PAIR_COLUMNS = [
+    "open",
     "call_id",
     "step",
     "tool",
@@ -109,6 +111,7 @@ def pairs_table(
         offset=max(0, int(page or 1) - 1) * PAGE_SIZE,
     )
     out = df.reindex(columns=PAIR_COLUMNS)
+    out["open"] = OPEN
     for col in ("key_jaccard", "value_match", "text_similarity", "fidelity"):
         out[col] = out[col].astype(float).round(3)
     return out
@@ -194,11 +197,19 @@ def build(ctx: Studio, tab: gr.Tab) -> None:
         control.change(lambda *v: pairs_table(ctx, *v), filters, table)  # type: ignore[attr-defined]
     run.change(lambda r: aggregates(ctx, r), [run], [tool_plot, conf_plot, step_plot, tool_table])
 
-    def pick(evt: gr.SelectData, df: pd.DataFrame) -> tuple[str, str]:
-        row = evt.index[0] if isinstance(evt.index, (list, tuple)) else evt.index
-        return pair_detail(ctx, str(df.iloc[row]["call_id"]))
+    nav = gr.Textbox(visible=False)
 
-    table.select(pick, [table], [head, diff])
+    def pick(evt: gr.SelectData, df: pd.DataFrame, run_id: str | None) -> tuple[Any, ...]:
+        row, col = evt.index if isinstance(evt.index, (list, tuple)) else (evt.index, 0)
+        call_id = str(df.iloc[row]["call_id"])
+        if df.columns[col] == "open":  # go to the episode (a deep link: the URL says where)
+            episode_id = call_id.rpartition("/")[0]
+            return gr.update(), gr.update(), f"?tab=inspector&run={run_id}&episode={episode_id}"
+        return (*pair_detail(ctx, call_id), "")
+
+    table.select(pick, [table, run], [head, diff, nav]).then(
+        None, [nav], None, js="(q) => { if (q) window.location.search = q; }"
+    )
 
     def first_view(current_run: str | None) -> tuple[object, ...]:
         fresh = ctx.store.runs()

@@ -240,7 +240,12 @@ def open_episode(
             [],
             "",
         )
-    link = f"Deep link: `?tab=inspector&episode={episode_id}`"
+    run_id = run_id or str(view.episode["run_id"])
+    here = f"run={run_id}&episode={episode_id}"
+    link = (
+        f"Deep link: `?tab=inspector&{here}` · [live rehearse its calls](?tab=rehearse&{here})"
+        f" · [label it](?tab=annotate&episode={episode_id})"
+    )
     return chat_messages(view), summary(view), token_view(view), link
 
 

@@ -175,8 +175,8 @@ def _live_text(answer: dict[str, Any]) -> str:
     return f"{parsed}\n\n{raw}"
 
 
-def build(ctx: Studio) -> None:
-    """Lay out the page and wire its events."""
+def build(ctx: Studio, tab: gr.Tab | None = None) -> None:
+    """Lay out the page and wire its events (``?tab=rehearse&episode=ID`` fills it in)."""
     client = RehearseClient()
     gr.Markdown(
         "Pick an episode of a rehearsal-mode run and one of its tool calls: the model "
@@ -218,6 +218,15 @@ def build(ctx: Studio) -> None:
         return int(df.iloc[row]["call_index"])
 
     calls.select(pick, [calls], [index])
+
+    def from_link(current: str, request: gr.Request) -> tuple[object, ...]:
+        wanted = request.query_params.get("episode", "") if request else ""
+        if current or not wanted:  # already filled, or no deep link
+            return gr.update(), gr.update(), gr.update()
+        return (wanted, *rehearsable_calls(ctx, wanted))
+
+    if tab is not None:
+        tab.select(from_link, [episode], [episode, calls, status])
     go.click(
         lambda e, i, m, t: live_rehearse(ctx, client, e, i, m, t),
         [episode, index, model, temperature],
