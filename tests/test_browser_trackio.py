@@ -11,13 +11,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from typer.testing import CliRunner
 
-from envace_engine.cli import app
 from tests.browser import chromium_page, free_port
 from tests.studio_browser import shot
+from tests.test_tracking import train_reporting
 
-CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 pytestmark = pytest.mark.browser
 
 
@@ -46,12 +44,9 @@ def _dashboard(trackio_dir: Path, port: int):
         proc.wait(timeout=15)
 
 
-def test_the_dashboard_shows_the_runs_curves(tmp_path, monkeypatch):
-    monkeypatch.setenv("TRACKIO_DIR", str(tmp_path / "trackio"))
-    args = ["train", "--config", str(CONFIGS / "tiny-test.toml"), "--set", "report_to=trackio"]
-    extra = ["--set", "steps=4", "--set", f"root={tmp_path}", "--set", "run_id=tiny-tracked"]
-    assert CliRunner().invoke(app, [*args, *extra]).exit_code == 0
-    with _dashboard(tmp_path / "trackio", free_port()) as url, chromium_page() as page:
+def test_the_dashboard_shows_the_runs_curves(tmp_path):
+    folder = train_reporting(tmp_path, "tiny-tracked", "--set", "steps=4")
+    with _dashboard(folder, free_port()) as url, chromium_page() as page:
         page.goto(f"{url}/?project=envace")
         page.get_by_text("tiny-tracked").first.wait_for(timeout=60_000)
         page.get_by_text("loss").first.wait_for(timeout=60_000)
