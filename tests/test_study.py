@@ -84,3 +84,5 @@ def test_tiny_study_runs_every_arm_and_a_killed_study_resumes_to_the_same_report
     resumed = _study(broken, "--resume", "study-tiny")
     assert resumed.wait(timeout=600) == 0, resumed.stdout.read().decode()[-3000:]
     assert _stable(_report(broken)) == _stable(report)
+    # the killed process's time was banked step by step, not lost with it
+    assert all(a["seconds"] > 0 for a in _report(broken)["arms"].values())

@@ -87,6 +87,14 @@ class CurveSink:
 
     def __init__(self, inner: Sink, state: StudyState, arm: str, save: Callable[[], None]):
         self.inner, self.state, self.arm, self.save = inner, state, arm, save
+        self.clock = time.perf_counter()  # the arm's seconds are banked at every save
+
+    def bank_time(self) -> None:
+        """Add the time since the last call to the arm's ``seconds`` (a process killed
+        mid-arm then loses at most one step's worth)."""
+        now = time.perf_counter()
+        self.state.arms[self.arm].seconds += now - self.clock
+        self.clock = now
 
     def episodes(self, step: int, episodes: Sequence[Episode]) -> None:
         """Forward a step's episodes."""
@@ -101,6 +109,7 @@ class CurveSink:
         arm = self.state.arms[self.arm]
         if "loss" in metrics:
             arm.steps_done = max(arm.steps_done, step + 1)
+        self.bank_time()
         self.save()
         if "loss" in metrics and not math.isfinite(float(metrics["loss"])):
             raise ArmDiverged(f"loss is {metrics['loss']} at step {step}")
@@ -158,15 +167,17 @@ def train_arm(
     record.status = "running"
     save()
     log(f"arm {arm}: training {cfg.steps} steps (run {record.run_id})")
-    started = time.perf_counter()
     run_dir = sinks.path(record.run_id)
+    curves = None
     try:
         with sinks.open(record.run_id, "train", cfg.model, cfg.model_dump(mode="json")) as sink:
-            train(cfg, run_dir, CurveSink(sink, state, arm, save), resume=True)
+            curves = CurveSink(sink, state, arm, save)
+            train(cfg, run_dir, curves, resume=True)
     except ArmDiverged as err:
         record.status, record.reason = "failed", f"diverged: {err}"
     finally:
-        record.seconds += time.perf_counter() - started
+        if curves is not None:
+            curves.bank_time()
     if record.status == "running":
         trained = sum(p.get("optim/rows_forward", 0.0) for p in state.curves.get(arm, {}).values())
         found = latest(run_dir)
