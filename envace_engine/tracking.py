@@ -9,6 +9,7 @@ config goes to the tracker once, at ``init``.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, get_args
@@ -56,7 +57,7 @@ def open_tracker(
     if report_to not in REPORT_TO:
         raise ValueError(f"report_to {report_to!r}: choose one of {', '.join(REPORT_TO)}")
     try:
-        module = __import__(report_to)
+        module = importlib.import_module(report_to)
     except ImportError as err:
         raise ValueError(
             f"report_to = {report_to!r} needs the {report_to} package: pip install {report_to}"

@@ -28,6 +28,15 @@ from storage.schema import CALLS
 from storage.views import empty_select
 
 T = TypeVar("T")
+
+
+def bound(pairs: Sequence[tuple[str, Any]]) -> tuple[list[str], list[Any]]:
+    """The (clause, value) pairs whose value is not None: their clauses, and the values to bind
+    to their ``?`` in order (a filter left empty adds nothing)."""
+    kept = [(clause, value) for clause, value in pairs if value is not None]
+    return [c for c, _ in kept], [v for _, v in kept]
+
+
 # The newest annotation per target: what "the label" of a call or episode means.
 LATEST_LABELS = """(SELECT * FROM (SELECT *, row_number() OVER (PARTITION BY target_kind, target_id
     ORDER BY created_at DESC) AS rn FROM annotations) WHERE rn = 1)"""
@@ -91,23 +100,19 @@ class EpisodeFilter:
 
     def where(self) -> tuple[str, list[Any]]:
         """A WHERE clause over alias ``e`` (episodes) and its parameters."""
-        clauses: list[str] = []
-        params: list[Any] = []
-        simple = (
-            ("e.run_id = ?", self.run_id),
-            ("e.step = ?", self.step),
-            ("e.suite = ?", self.suite),
-            ("e.task_id = ?", self.task),
-            ("e.stop_reason = ?", self.stop_reason),
-            ("e.reward >= ?", self.reward_min),
-            ("e.reward <= ?", self.reward_max),
-            ("e.mean_fidelity >= ?", self.fidelity_min),
-            ("e.mean_fidelity <= ?", self.fidelity_max),
+        clauses, params = bound(
+            (
+                ("e.run_id = ?", self.run_id),
+                ("e.step = ?", self.step),
+                ("e.suite = ?", self.suite),
+                ("e.task_id = ?", self.task),
+                ("e.stop_reason = ?", self.stop_reason),
+                ("e.reward >= ?", self.reward_min),
+                ("e.reward <= ?", self.reward_max),
+                ("e.mean_fidelity >= ?", self.fidelity_min),
+                ("e.mean_fidelity <= ?", self.fidelity_max),
+            )
         )
-        for clause, value in simple:
-            if value is not None:
-                clauses.append(clause)
-                params.append(value)
         if self.label is not None:
             clauses.append(
                 f"e.episode_id IN (SELECT episode_id FROM {LATEST_LABELS} WHERE label = ?)"
@@ -324,18 +329,17 @@ class Queries:
         offset: int = 0,
     ) -> pd.DataFrame:
         """A page of scored (rehearsed or simulated, real) pairs; ``status`` is the real one."""
-        clauses, params = ["c.pair_source IS NOT NULL"], []
-        for clause, value in (
-            ("c.run_id = ?", run_id),
-            ("c.step = ?", step),
-            ("c.tool = ?", tool),
-            ("c.real_status = ?", status),
-            ("c.fidelity >= ?", fidelity_min),
-            ("c.fidelity <= ?", fidelity_max),
-        ):
-            if value is not None:
-                clauses.append(clause)
-                params.append(value)
+        clauses, params = bound(
+            (
+                ("c.run_id = ?", run_id),
+                ("c.step = ?", step),
+                ("c.tool = ?", tool),
+                ("c.real_status = ?", status),
+                ("c.fidelity >= ?", fidelity_min),
+                ("c.fidelity <= ?", fidelity_max),
+            )
+        )
+        clauses.insert(0, "c.pair_source IS NOT NULL")
         # Keys of the page from the native index, then full rows from the few shards holding them.
         page = self._sql(
             f"""SELECT c.call_id, c.filename FROM call_index c WHERE {" AND ".join(clauses)}
@@ -400,11 +404,7 @@ class Queries:
 
     def annotations(self, target_id: str | None = None, run_id: str | None = None) -> pd.DataFrame:
         """Annotation history, newest first (every label ever given; nothing is overwritten)."""
-        clauses, params = [], []
-        for column, value in (("target_id", target_id), ("run_id", run_id)):
-            if value is not None:
-                clauses.append(f"{column} = ?")
-                params.append(value)
+        clauses, params = bound((("target_id = ?", target_id), ("run_id = ?", run_id)))
         where = "WHERE " + " AND ".join(clauses) if clauses else ""
         return self._sql(f"SELECT * FROM annotations {where} ORDER BY created_at DESC", params)
 

@@ -19,6 +19,7 @@ from typing import Any, Literal
 import pandas as pd
 
 from storage.agreement import Agreement, agreement
+from storage.queries import bound
 
 Scope = Literal["unlabelled", "others", "all"]
 SCOPES: tuple[str, ...] = ("unlabelled", "others", "all")
@@ -44,18 +45,17 @@ class QueueFilter:
     def where(self, with_scope: bool = True) -> tuple[str, list[Any]]:
         """WHERE clause over ``call_index c`` and its parameters (values are bound, never
         spliced into the SQL)."""
-        clauses = ["c.run_id = ?", "c.pair_source IS NOT NULL"]
-        params: list[Any] = [self.run_id]
-        for clause, value in (
-            ("c.tool = ?", self.tool),
-            ("c.rehearsed_status = ?", self.rehearsed_status),
-            ("c.real_status = ?", self.real_status),
-            ("c.fidelity >= ?", self.fidelity_min),
-            ("c.fidelity <= ?", self.fidelity_max),
-        ):
-            if value is not None:
-                clauses.append(clause)
-                params.append(value)
+        clauses, params = bound(
+            (
+                ("c.run_id = ?", self.run_id),
+                ("c.tool = ?", self.tool),
+                ("c.rehearsed_status = ?", self.rehearsed_status),
+                ("c.real_status = ?", self.real_status),
+                ("c.fidelity >= ?", self.fidelity_min),
+                ("c.fidelity <= ?", self.fidelity_max),
+            )
+        )
+        clauses.append("c.pair_source IS NOT NULL")
         if with_scope and self.scope != "all":
             mine = (
                 f"EXISTS (SELECT 1 FROM {AUTHOR_LABELS} m "

@@ -17,6 +17,8 @@ from typing import Any
 
 import pandas as pd
 
+from storage.queries import bound
+
 ROLES: tuple[str, ...] = ("act", "rehearse", "tool", "real", "user")
 SEGMENT_ROLES = frozenset(ROLES) - {"rehearse"}
 
@@ -81,16 +83,14 @@ class SearchQueries:
 
 
 def _episode_filters(q: SearchQuery) -> tuple[str, list[Any]]:
-    clauses: list[str] = ["e.run_id = ?"]
-    params: list[Any] = [q.run_id]
-    for clause, value in (
-        ("e.stop_reason = ?", q.stop_reason),
-        ("e.reward >= ?", q.reward_min),
-        ("e.reward <= ?", q.reward_max),
-    ):
-        if value is not None:
-            clauses.append(clause)
-            params.append(value)
+    clauses, params = bound(
+        (
+            ("e.run_id = ?", q.run_id),
+            ("e.stop_reason = ?", q.stop_reason),
+            ("e.reward >= ?", q.reward_min),
+            ("e.reward <= ?", q.reward_max),
+        )
+    )
     if q.status_mismatch:
         clauses.append(
             "e.episode_id IN (SELECT episode_id FROM call_index WHERE run_id = ? "

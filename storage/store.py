@@ -38,7 +38,7 @@ from storage.layout import (
     runs_dir,
     utc_now,
 )
-from storage.queries import Queries
+from storage.queries import Queries, bound
 from storage.queue import QueueQueries
 from storage.schema import SCHEMA_VERSION, SchemaVersionError, check_version
 from storage.search import SearchQueries
@@ -314,11 +314,7 @@ class Store(Queries, QueueQueries, SearchQueries, ComparisonQueries):
 
     def budgets(self, model: str | None = None, suite: str | None = None) -> pd.DataFrame:
         """Budget choices, newest first; the first row per (model, suite) is the current one."""
-        clauses, params = [], []
-        for column, value in (("model", model), ("suite", suite)):
-            if value is not None:
-                clauses.append(f"{column} = ?")
-                params.append(value)
+        clauses, params = bound((("model = ?", model), ("suite = ?", suite)))
         where = "WHERE " + " AND ".join(clauses) if clauses else ""
         return self._sql(f"SELECT * FROM budget_choices {where} ORDER BY created_at DESC", params)
 

@@ -21,12 +21,16 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import httpx
 
 from envace_engine.environments import reference_match
 from envace_engine.environments.base import EpisodeScorer, NlJudge, Suite
 from envace_engine.types import Episode, Task, ToolCall
+
+if TYPE_CHECKING:
+    from envace_engine.rollout.endpoints import Endpoint
 
 RewardFn = Callable[[Task, Episode], float | None]
 REWARD_KINDS = ("state", "reference", "judge")
@@ -109,57 +113,43 @@ def parse_verdict(text: str, n_items: int) -> float | None:
 
 def judge_reward(config: JudgeConfig, client: httpx.Client | None = None) -> RewardFn:
     """Ask an OpenAI-compatible judge; ``None`` when it fails or answers off-format."""
+    from envace_engine.rollout.endpoints import chat
+
+    endpoint = judge_endpoint(config)
     http = client or httpx.Client(timeout=config.timeout_s)
 
     def score(task: Task, episode: Episode) -> float | None:
         items = checklist(task)
         transcript = "".join(seg.text for seg in episode.segments)
-        body = {
-            "model": config.model,
-            "temperature": 0.0,
-            "max_tokens": config.max_tokens,
-            "messages": [
-                {"role": "system", "content": JUDGE_SYSTEM},
-                {
-                    "role": "user",
-                    "content": "Checklist:\n"
-                    + "\n".join(f"{i + 1}. {item}" for i, item in enumerate(items))
-                    + f"\n\nTranscript:\n{transcript}",
-                },
-            ],
-        }
-        for _ in range(config.max_retries + 1):
-            try:
-                response = http.post(f"{config.url.rstrip('/')}/v1/chat/completions", json=body)
-            except httpx.HTTPError:
-                continue
-            if response.status_code >= 500:
-                continue
-            if response.status_code != 200:
-                return None
-            try:
-                content = response.json()["choices"][0]["message"]["content"] or ""
-            except (ValueError, KeyError, IndexError, TypeError):
-                return None
-            return parse_verdict(content, len(items))
-        return None
+        listed = "\n".join(f"{i + 1}. {item}" for i, item in enumerate(items))
+        messages = [
+            {"role": "system", "content": JUDGE_SYSTEM},
+            {"role": "user", "content": f"Checklist:\n{listed}\n\nTranscript:\n{transcript}"},
+        ]
+        content = chat(endpoint, messages, http)
+        return None if content is None else parse_verdict(content, len(items))
 
     return score
 
 
-def nl_judge(config: JudgeConfig) -> NlJudge:
-    """τ²'s NL-assertion judge on the judge endpoint (``rollout.endpoints.NlJudge``)."""
+def judge_endpoint(config: JudgeConfig) -> Endpoint:
+    """The judge's ``rollout.endpoints.Endpoint`` (greedy, as τ² asks its judge)."""
     from envace_engine.rollout.endpoints import Endpoint
-    from envace_engine.rollout.endpoints import NlJudge as EndpointJudge
 
-    endpoint = Endpoint(
+    return Endpoint(
         config.url.rstrip("/"),
         config.model,
         max_tokens=config.max_tokens,
         timeout_s=config.timeout_s,
         max_retries=config.max_retries,
     )
-    return EndpointJudge(endpoint)
+
+
+def nl_judge(config: JudgeConfig) -> NlJudge:
+    """τ²'s NL-assertion judge on the judge endpoint (``rollout.endpoints.NlJudge``)."""
+    from envace_engine.rollout.endpoints import NlJudge as EndpointJudge
+
+    return EndpointJudge(judge_endpoint(config))
 
 
 def make_reward(kind: str, suite: Suite, judge: JudgeConfig | None = None) -> RewardFn:

@@ -197,9 +197,8 @@ def real_nll(model: Any, chat: ChatTokenizer, episodes: Sequence[Episode]) -> fl
     total, count = 0.0, 0
     pad = chat.eos_id
     for start in range(0, len(rows), NLL_BATCH):
-        batch = collate(
-            rows[start : start + NLL_BATCH], [0.0] * len(rows[start : start + NLL_BATCH]), pad, True
-        )
+        chunk = rows[start : start + NLL_BATCH]
+        batch = collate(chunk, [0.0] * len(chunk), pad, True)
         with torch.inference_mode():
             lp = completion_logprobs(
                 model,

@@ -110,7 +110,7 @@ def agreement_rows(ctx: Studio) -> pd.DataFrame:
 
 def build(ctx: Studio, user: gr.State, demo: gr.Blocks) -> None:
     """Lay out the page (the queue first, then the form for any call or episode)."""
-    from studio.pages import queue
+    from studio.pages import queue  # here, not at the top: queue imports this module
 
     queue.build(ctx, user, demo, lambda u, call, lab, n: save(ctx, u, "call", call, lab, n)[0])
     gr.Markdown("### Any call or episode")

@@ -19,6 +19,7 @@ import pandas as pd
 from storage.queue import SCOPES, QueueFilter
 from studio.context import Studio
 from studio.pages import compare, inspector
+from studio.pages.annotate import CALL_LABELS
 
 ANY = "any"
 AGREEMENT_COLUMNS = ["authors", "items", "kappa", "observed", "per label"]
@@ -103,25 +104,23 @@ def agreement_frame(ctx: Studio, run_id: str | None) -> pd.DataFrame:
 def step(
     ctx: Studio, user: str | None, values: list[Any], at: str | None, back: bool = False
 ) -> tuple[Any, ...]:
-    """Move the queue (from ``at``; None: the start) and render; (state, *views)."""
+    """Move the queue (from ``at``; None: the start) and render ``build``'s views: (head,
+    context, diff, progress, label, current call id)."""
     run_id = values[0]
     if not run_id:
-        return (None, "Pick a run to label.", [], "", "", None, gr.update())
+        return ("Pick a run to label.", [], "", "", None, "")
     f = queue_filter(run_id, ctx.policy.author_name(user), *values[1:])
     try:
         nxt = ctx.store.queue_next(f, at, back=back)
     except KeyError as err:
-        return (None, f"**Queue reset:** {err.args[0]}", [], "", "", None, gr.update())
+        return (f"**Queue reset:** {err.args[0]}", [], "", "", None, "")
     if back and nxt is None:
         nxt = at  # already at the first item
-    head, chat, diff, progress = show(ctx, f, nxt)
-    return (nxt, head, chat, diff, progress, None, nxt or "")
+    return (*show(ctx, f, nxt), None, nxt or "")
 
 
-def build(ctx: Studio, user: gr.State, demo: gr.Blocks, save: Any) -> gr.Textbox:
-    """The queue section; ``save(user, call_id, label, note) -> message`` stores one label.
-
-    Returns the label radio's target textbox so the page's manual form shares it."""
+def build(ctx: Studio, user: gr.State, demo: gr.Blocks, save: Any) -> None:
+    """The queue section; ``save(user, call_id, label, note) -> message`` stores one label."""
     gr.Markdown("### Queue")
     with gr.Row():
         run = gr.Dropdown(pair_runs(ctx), label="run", elem_id="queue-run", scale=2)
@@ -140,7 +139,7 @@ def build(ctx: Studio, user: gr.State, demo: gr.Blocks, save: Any) -> gr.Textbox
     head = gr.Markdown(elem_id="queue-head")
     chat = gr.Chatbot(label="context up to the call", height=300, elem_id="queue-context")
     diff = gr.HTML(elem_id="queue-diff")
-    label = gr.Radio(list(_labels()), label="label (keys 1-5)", elem_id="queue-label")
+    label = gr.Radio(list(CALL_LABELS), label="label (keys 1-5)", elem_id="queue-label")
     note = gr.Textbox(label="note", lines=1, elem_id="queue-note")
     save_btn = gr.Button("Save and next (Enter)", variant="primary", elem_id="queue-save")
     message = gr.Markdown(elem_id="queue-message")
@@ -150,35 +149,35 @@ def build(ctx: Studio, user: gr.State, demo: gr.Blocks, save: Any) -> gr.Textbox
         label="agreement between authors on this run",
         elem_id="queue-agreement",
     )
-    current = gr.State(None)
-    target = gr.Textbox(visible=False)
+    # the call id on screen ("" before any): a component value, sent with every event
+    current = gr.Textbox(visible=False)
     form = [run, scope, tool, rehearsed, real, fid_min, fid_max]
-    views = [current, head, chat, diff, progress, label, target]
+    views = [head, chat, diff, progress, label, current]
+    keep = (gr.update(),) * len(views)
 
     def begin(u: str | None, *values: Any) -> tuple[Any, ...]:
         return (*step(ctx, u, list(values), None), agreement_frame(ctx, values[0]))
 
-    def move(u: str | None, at: str | None, *values: Any, back: bool = False) -> tuple[Any, ...]:
-        return step(ctx, u, list(values), at, back=back)
+    def move(u: str | None, at: str, *values: Any, back: bool = False) -> tuple[Any, ...]:
+        return step(ctx, u, list(values), at or None, back=back)
 
-    def save_next(u: str | None, at: str | None, lab: str | None, n: str, *values: Any):
-        if at is None:
-            return (at, *(gr.update(),) * 6, "Start the queue first.", n, gr.update())
+    def save_next(u: str | None, at: str, lab: str | None, n: str, *values: Any):
+        if not at:
+            return (*keep, "Start the queue first.", n, gr.update())
         said = save(u, at, lab, n)
         if not said.startswith("Saved"):
-            return (at, *(gr.update(),) * 6, said, n, gr.update())
+            return (*keep, said, n, gr.update())
         return (*step(ctx, u, list(values), at), said, "", agreement_frame(ctx, values[0]))
 
-    def again(u: str | None, at: str | None, *values: Any) -> tuple[Any, ...]:
+    def again(u: str | None, at: str, *values: Any) -> tuple[Any, ...]:
         """Re-show the current pair (after a sign-in: "labelled by you" is someone else now)."""
-        at = at or None  # the hidden textbox's value: "" before any pair
-        if not values[0] or at is None:
-            return (gr.update(),) * len(views)
+        if not values[0] or not at:
+            return keep
         f = queue_filter(values[0], ctx.policy.author_name(u), *values[1:])
-        return (at, *show(ctx, f, at), gr.update(), at)
+        return (*show(ctx, f, at), gr.update(), at)
 
     start.click(begin, [user, *form], [*views, agree])
-    user.change(again, [user, target, *form], views)
+    user.change(again, [user, current, *form], views)
     run.input(begin, [user, *form], [*views, agree])  # a user's pick, not a deep link's
     skip.click(move, [user, current, *form], views)
     back.click(lambda u, at, *v: move(u, at, *v, back=True), [user, current, *form], views)
@@ -188,17 +187,10 @@ def build(ctx: Studio, user: gr.State, demo: gr.Blocks, save: Any) -> gr.Textbox
         params = request.query_params if request else {}
         run_id, call = params.get("run", ""), params.get("call", "")
         if params.get("tab") != "annotate" or not run_id:
-            return (gr.update(),) * (len(views) + 2)
+            return (gr.update(), *keep, gr.update())
         f = queue_filter(run_id, ctx.policy.author_name(u), "all", None, None, None, None, None)
         at = call or ctx.store.queue_next(f)
         agree_now = agreement_frame(ctx, run_id)
-        return (gr.update(value=run_id), at, *show(ctx, f, at), None, at or "", agree_now)
+        return (gr.update(value=run_id), *show(ctx, f, at), None, at or "", agree_now)
 
     demo.load(from_link, [user], [run, *views, agree])
-    return target
-
-
-def _labels() -> tuple[str, ...]:
-    from studio.pages.annotate import CALL_LABELS
-
-    return CALL_LABELS

@@ -27,13 +27,9 @@ def run_choices(ctx: Studio) -> list[str]:
     return [] if df.empty else list(df["run_id"])
 
 
-def shared_curves(ctx: Studio, run_ids: list[str], metric: str) -> alt.Chart:
-    """One line per run for ``metric`` over steps."""
-    frames = []
-    for run_id in run_ids:
-        df = ctx.store.curves(run_id)
-        df = df[df["name"] == metric]
-        frames.append(df.assign(run=run_id))
+def shared_curves(curves: dict[str, pd.DataFrame], metric: str) -> alt.Chart:
+    """One line per run for ``metric`` over steps (``curves``: each run's ``store.curves``)."""
+    frames = [df[df["name"] == metric].assign(run=run_id) for run_id, df in curves.items()]
     data = pd.concat(frames) if frames else pd.DataFrame()
     if data.empty:
         return charts.empty(f"no {metric} in these runs")
@@ -50,9 +46,9 @@ def shared_curves(ctx: Studio, run_ids: list[str], metric: str) -> alt.Chart:
     )
 
 
-def metrics_of(ctx: Studio, run_ids: list[str]) -> list[str]:
+def metrics_of(curves: dict[str, pd.DataFrame]) -> list[str]:
     """Curve metrics every chosen run logged."""
-    names = [set(ctx.store.curves(r)["name"]) for r in run_ids]
+    names = [set(df["name"]) for df in curves.values()]
     return sorted(set.intersection(*names)) if names else []
 
 
@@ -118,10 +114,11 @@ def build(ctx: Studio, tab: gr.Tab) -> None:
         run_ids = list(run_ids or [])
         if len(run_ids) < 2:
             return gr.update(), None, "Pick two or more runs.", pd.DataFrame()
-        names = metrics_of(ctx, run_ids)
+        curves = {r: ctx.store.curves(r) for r in run_ids}  # read once, for the menu and chart
+        names = metrics_of(curves)
         pick = chosen if chosen in names else next(iter(names), "")
         df, msg = task_table(ctx, run_ids, kind)
-        chart = shared_curves(ctx, run_ids, pick) if pick else charts.empty("no shared curves")
+        chart = shared_curves(curves, pick) if pick else charts.empty("no shared curves")
         return gr.update(choices=names, value=pick or None), chart, msg, df
 
     for control in (runs, metric, which):

@@ -116,8 +116,11 @@ def tools_for(
     return [t for c in classes for t in class_tools(c) if tool_name(t) not in drop]
 
 
-def make_bfcl_env(task: Task) -> ToolEnvironment:
-    """A fresh environment for a task over BFCL backends (``bfcl`` and ``bfcl-gen`` suites).
+def make_bfcl_env(
+    task: Task, env_class: type[ToolEnvironment] = ToolEnvironment
+) -> ToolEnvironment:
+    """A fresh environment for a task over BFCL backends (``bfcl`` and ``bfcl-gen`` suites);
+    ``env_class`` says how calls dispatch (``official.OfficialEnvironment``: as BFCL does).
 
     Reads ``meta``: ``involved_classes``, ``excluded_function``, ``missed_function``
     ({turn: [names]}, tools that appear at that turn) and ``long_context``.
@@ -130,5 +133,6 @@ def make_bfcl_env(task: Task) -> ToolEnvironment:
         for turn, names in missed.items()
     }
     instances = new_instances(task.initial_state, classes, bool(meta.get("long_context")))
+    # BFCL maps method names class by class, so a later class wins a shared name.
     owners = {tool_name(t): c for c in classes for t in class_tools(c)}
-    return ToolEnvironment(task, instances, list(task.tools), owners, turn_tools)
+    return env_class(task, instances, list(task.tools), owners, turn_tools)

@@ -19,8 +19,8 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from envace_engine.environments.bfcl.backends import LIMITS, class_tools, new_instances
-from envace_engine.environments.schema import MAX_MAGNITUDE, tool_name
+from envace_engine.environments.bfcl.backends import LIMITS, make_bfcl_env
+from envace_engine.environments.schema import MAX_MAGNITUDE
 from envace_engine.environments.tool_environment import (
     INVALID_PARAMETERS,
     TOOL_EXECUTION_ERROR,
@@ -103,14 +103,6 @@ class OfficialEnvironment(ToolEnvironment):
 
 def make_official_env(task: Task) -> OfficialEnvironment:
     """A fresh BFCL environment for a task under the official basis."""
-    meta = task.meta
-    classes = list(meta["involved_classes"])
-    missed = {int(t): list(names) for t, names in meta.get("missed_function", {}).items()}
-    turn_tools = {
-        turn: [t for c in classes for t in class_tools(c) if tool_name(t) in names]
-        for turn, names in missed.items()
-    }
-    instances = new_instances(task.initial_state, classes, bool(meta.get("long_context")))
-    # BFCL maps method names class by class, so a later class wins a shared name.
-    owners = {tool_name(t): c for c in classes for t in class_tools(c)}
-    return OfficialEnvironment(task, instances, list(task.tools), owners, turn_tools)
+    env = make_bfcl_env(task, OfficialEnvironment)
+    assert isinstance(env, OfficialEnvironment)
+    return env
