@@ -14,8 +14,8 @@ Engines, each in a fresh child process (``bench/throughput/child.py``; model loa
   cache, cascade attention over shared prompts, oneDNN-packed weights, bf16 where the CPU has
   it).
 * ``library``: the same ``rollout()`` on transformers' own continuous batching
-  (``throughput/library.py``) in the engine's compute dtype; its settings are tried in the first
-  round (``--library-attn``) and the fastest is kept.
+  (``throughput/library.py``) in the engine's compute dtype; its settings (attention kernel x dtype,
+  ``--library``) are tried in the first round and the fastest is kept.
 * ``baseline_rev``: ``--base``'s ``HFSampler`` and rollout loop (exported with ``git archive``).
 * ``naive``: the engine's generations replayed one at a time with fp32 ``model.generate``
   (batch 1, forced to each generation's length), in chunks interleaved with the rounds.

@@ -44,7 +44,7 @@ class Recorder:
 
     inner: Any
     ignore_eos: bool
-    asked: dict[Hashable, tuple[list[int], int]] = field(default_factory=dict)
+    asked: dict[Hashable, list[int]] = field(default_factory=dict)
     calls: list[tuple[Hashable, list[int], int]] = field(default_factory=list)
     steps: int = 0
 
@@ -55,7 +55,7 @@ class Recorder:
 
     def submit(self, key: Hashable, prompt: list[int], cap: int, stops: frozenset[int]) -> None:
         """Delegate (without stop ids when ignoring EOS); remember the prompt."""
-        self.asked[key] = (list(prompt), cap)
+        self.asked[key] = list(prompt)
         self.inner.submit(key, prompt, cap, frozenset() if self.ignore_eos else stops)
 
     def step(self) -> list[Any]:
@@ -63,7 +63,7 @@ class Recorder:
         self.steps += 1
         done = self.inner.step()
         for key, gen in done:
-            prompt, _ = self.asked.pop(key)
+            prompt = self.asked.pop(key)
             self.calls.append((key, prompt, len(gen.token_ids)))
         return done
 
