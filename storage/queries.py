@@ -37,9 +37,10 @@ def bound(pairs: Sequence[tuple[str, Any]]) -> tuple[list[str], list[Any]]:
     return [c for c, _ in kept], [v for _, v in kept]
 
 
-# The newest annotation per target: what "the label" of a call or episode means.
-LATEST_LABELS = """(SELECT * FROM (SELECT *, row_number() OVER (PARTITION BY target_kind, target_id
-    ORDER BY created_at DESC) AS rn FROM annotations) WHERE rn = 1)"""
+# The newest annotation per target of a run: what "the label" of a call or episode means
+# (episode ids repeat across runs, so a target is (run_id, target_id)).
+LATEST_LABELS = """(SELECT * FROM (SELECT *, row_number() OVER (PARTITION BY run_id, target_kind,
+    target_id ORDER BY created_at DESC) AS rn FROM annotations) WHERE rn = 1)"""
 EPISODE_COLUMNS = """e.episode_id, e.run_id, e.step, e.episode_index, e.task_id, e.suite, e.mode,
     e.group_id, e.reward, e.stop_reason, e.stop_detail, e.n_calls, e.n_segments, e.n_rehearsals,
     e.n_tokens, e.mean_fidelity, e.adv_act, e.adv_rehearse, e.drift"""
@@ -115,7 +116,8 @@ class EpisodeFilter:
         )
         if self.label is not None:
             clauses.append(
-                f"e.episode_id IN (SELECT episode_id FROM {LATEST_LABELS} WHERE label = ?)"
+                f"EXISTS (SELECT 1 FROM {LATEST_LABELS} x WHERE x.run_id = e.run_id "
+                "AND x.episode_id = e.episode_id AND x.label = ?)"
             )
             params.append(self.label)
         if self.text is not None or self.role is not None:
@@ -243,7 +245,8 @@ class Queries:
         where, params = EpisodeFilter(**filters).where()
         return self._sql(
             f"""SELECT {EPISODE_COLUMNS}, l.label FROM episode_index e
-            LEFT JOIN {LATEST_LABELS} l ON l.target_kind = 'episode' AND l.target_id = e.episode_id
+            LEFT JOIN {LATEST_LABELS} l ON l.target_kind = 'episode' AND l.run_id = e.run_id
+                AND l.target_id = e.episode_id
             {where} ORDER BY {_order("e", filters.get("run_id"))} LIMIT ? OFFSET ?""",
             params + _page(limit, offset),
         )
@@ -293,8 +296,9 @@ class Queries:
             rehearsals=parts["rehearsals"],
             advantages=advantages,
             labels=self._sql(
-                "SELECT * FROM annotations WHERE episode_id = ? ORDER BY created_at DESC",
-                [episode_id],
+                "SELECT * FROM annotations WHERE episode_id = ? AND run_id = ? "
+                "ORDER BY created_at DESC",
+                [episode_id, str(row["run_id"])],
             ),
         )
 
@@ -352,7 +356,8 @@ class Queries:
         files = [sorted(set(page["filename"]))] if ids else []
         return self._sql(
             f"""SELECT {PAIR_COLUMNS}, l.label FROM {source} c
-            LEFT JOIN {LATEST_LABELS} l ON l.target_kind = 'call' AND l.target_id = c.call_id
+            LEFT JOIN {LATEST_LABELS} l ON l.target_kind = 'call' AND l.run_id = c.run_id
+                AND l.target_id = c.call_id
             WHERE list_contains(?, c.call_id) ORDER BY list_position(?, c.call_id)""",
             [*files, ids, ids],
         )
@@ -413,8 +418,8 @@ class Queries:
         where, params = ("WHERE run_id = ?", [run_id]) if run_id else ("", [])
         return self._sql(
             f"""SELECT * EXCLUDE (rn), rn = 1 AS is_current FROM (SELECT *, row_number() OVER
-            (PARTITION BY target_kind, target_id ORDER BY created_at DESC) AS rn
-            FROM annotations {where}) ORDER BY target_kind, target_id, created_at""",
+            (PARTITION BY run_id, target_kind, target_id ORDER BY created_at DESC) AS rn
+            FROM annotations {where}) ORDER BY run_id, target_kind, target_id, created_at""",
             params,
         )
 

@@ -23,9 +23,9 @@ from storage.queries import bound
 
 Scope = Literal["unlabelled", "others", "all"]
 SCOPES: tuple[str, ...] = ("unlabelled", "others", "all")
-# the newest label per (call, author): an author who changed their mind counts once
-AUTHOR_LABELS = """(SELECT target_id, author, label FROM (SELECT *, row_number() OVER
-    (PARTITION BY target_id, author ORDER BY created_at DESC) AS rn FROM annotations
+# the newest label per (run, call, author): an author who changed their mind counts once
+AUTHOR_LABELS = """(SELECT run_id, target_id, author, label FROM (SELECT *, row_number() OVER
+    (PARTITION BY run_id, target_id, author ORDER BY created_at DESC) AS rn FROM annotations
     WHERE target_kind = 'call') WHERE rn = 1)"""
 
 
@@ -59,14 +59,14 @@ class QueueFilter:
         if with_scope and self.scope != "all":
             mine = (
                 f"EXISTS (SELECT 1 FROM {AUTHOR_LABELS} m "
-                "WHERE m.target_id = c.call_id AND m.author = ?)"
+                "WHERE m.run_id = c.run_id AND m.target_id = c.call_id AND m.author = ?)"
             )
             clauses.append(f"NOT {mine}")
             params.append(self.author)
             if self.scope == "others":
                 clauses.append(
-                    f"EXISTS (SELECT 1 FROM {AUTHOR_LABELS} o WHERE o.target_id = c.call_id "
-                    "AND o.author <> ?)"
+                    f"EXISTS (SELECT 1 FROM {AUTHOR_LABELS} o WHERE o.run_id = c.run_id "
+                    "AND o.target_id = c.call_id AND o.author <> ?)"
                 )
                 params.append(self.author)
         return " AND ".join(clauses), params
@@ -114,7 +114,8 @@ class QueueQueries:
         where, params = f.where(with_scope=False)
         row = self._sql(
             f"""SELECT count(*) AS total, count(m.target_id) AS mine FROM call_index c
-            LEFT JOIN {AUTHOR_LABELS} m ON m.target_id = c.call_id AND m.author = ?
+            LEFT JOIN {AUTHOR_LABELS} m ON m.run_id = c.run_id AND m.target_id = c.call_id
+                AND m.author = ?
             WHERE {where}""",
             [f.author, *params],
         ).iloc[0]
@@ -125,7 +126,8 @@ class QueueQueries:
         self._refresh()
         return self._sql(
             f"""SELECT l.target_id, l.author, l.label FROM {AUTHOR_LABELS} l
-            JOIN call_index c ON c.call_id = l.target_id WHERE c.run_id = ?
+            JOIN call_index c ON c.run_id = l.run_id AND c.call_id = l.target_id
+            WHERE c.run_id = ?
             ORDER BY l.target_id, l.author""",
             [run_id],
         )

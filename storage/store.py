@@ -200,32 +200,54 @@ class Store(Queries, QueueQueries, SearchQueries, ComparisonQueries):
     # -- annotations (append-only) --------------------------------------------------------------
 
     def annotate(
-        self, target_kind: str, target_id: str, label: str, note: str = "", author: str = ""
+        self,
+        target_kind: str,
+        target_id: str,
+        label: str,
+        note: str = "",
+        author: str = "",
+        run_id: str | None = None,
     ) -> str:
-        """Append a label to a call (``EPISODE_ID/CALL_INDEX``) or an episode; return its id."""
+        """Append a label to a call (``EPISODE_ID/CALL_INDEX``) or an episode of ``run_id``;
+        return its id. Episode ids repeat across runs (each run counts from 0), so a label
+        belongs to one run: ``run_id`` may be left out only when one run holds the episode."""
         if target_kind not in TARGET_KINDS:
             raise ValueError(f"target_kind must be one of {TARGET_KINDS}, got {target_kind!r}")
         if not label.strip():
             raise ValueError("an annotation needs a non-empty label")
         episode_id = target_id.rsplit("/", 1)[0] if target_kind == "call" else target_id
-        self._refresh()
-        found = self._sql(
-            "SELECT run_id FROM episode_index WHERE episode_id = ? LIMIT 1", [episode_id]
-        )
-        if found.empty:
-            raise KeyError(f"no episode {episode_id!r} in any run: cannot label {target_id!r}")
         row = Annotation(
             annotation_id=uuid.uuid4().hex,
             target_kind=target_kind,
             target_id=target_id,
             episode_id=episode_id,
-            run_id=str(found["run_id"].iloc[0]),
+            run_id=self._run_of(episode_id, run_id, target_id),
             label=label.strip(),
             note=note,
             author=author,
             created_at=utc_now(),
         )
         return self._append(row).annotation_id
+
+    def _run_of(self, episode_id: str, run_id: str | None, target_id: str) -> str:
+        """The one run a label on ``target_id`` belongs to, or a KeyError/ValueError saying why
+        there is none or more than one."""
+        self._refresh()
+        clauses, params = bound((("episode_id = ?", episode_id), ("run_id = ?", run_id)))
+        found = sorted(
+            self._sql(
+                f"SELECT DISTINCT run_id FROM episode_index WHERE {' AND '.join(clauses)}", params
+            )["run_id"]
+        )
+        where = f"run {run_id!r}" if run_id else "any run"
+        if not found:
+            raise KeyError(f"no episode {episode_id!r} in {where}: cannot label {target_id!r}")
+        if len(found) > 1:
+            raise ValueError(
+                f"episode {episode_id!r} is in {len(found)} runs ({', '.join(found)}): "
+                f"choose the run whose {target_id!r} you are labelling"
+            )
+        return str(found[0])
 
     def _append(self, row: SQLModel) -> Any:
         with self._session() as session:

@@ -151,6 +151,30 @@ def test_annotation_history_is_never_overwritten(store):
         store.annotate("episode", "nope", "x")
 
 
+def test_labels_belong_to_one_run_when_episode_ids_repeat(tmp_path):
+    """Two runs whose episode ids coincide (each run counts from 0): a label stays in its run."""
+    for run_id in ("a", "b"):
+        with RunWriter.create(tmp_path, "eval", model="tiny", suite="toy", run_id=run_id) as w:
+            w.episodes(0, make_step(0, 4, "same"))
+    with Store(tmp_path, url=MEMORY) as store:
+        with pytest.raises(ValueError, match=r"in 2 runs \(a, b\)"):
+            store.annotate("call", "same-ep0000001/0", "faithful", author="ana")
+        with pytest.raises(KeyError, match="in run 'c'"):
+            store.annotate("call", "same-ep0000001/0", "faithful", author="ana", run_id="c")
+        store.annotate("call", "same-ep0000001/0", "faithful", author="ana", run_id="b")
+        store.annotate("episode", "same-ep0000001", "success", author="ana", run_id="b")
+        labels = {
+            r: store.pairs(run_id=r, limit=100).set_index("call_id")["label"] for r in "ab"
+        }
+        assert labels["b"]["same-ep0000001/0"] == "faithful"
+        assert labels["a"].isna().all()  # run a's call of the same id is unlabelled
+        assert store.count_episodes(run_id="a", label="success") == 0
+        assert store.count_episodes(run_id="b", label="success") == 1
+        assert store.episode("same-ep0000001", "a").labels.empty
+        assert list(store.episode("same-ep0000001", "b").labels["run_id"]) == ["b", "b"]
+        assert set(store.export_labels()["run_id"]) == {"b"}
+
+
 def test_jobs_and_budgets(store):
     store.add_job("j1", "train", "r1", "envace train", 123, "running")
     store.update_job("j1", status="done", exit_code=0)

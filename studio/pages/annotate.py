@@ -15,10 +15,11 @@ import pandas as pd
 
 from studio.auth import AuthError
 from studio.context import Studio
+from studio.pages.runs import run_choices
 
 CALL_LABELS = ("faithful", "plausible-but-wrong", "hallucinated-success", "wrong-error", "other")
 EPISODE_LABELS = ("success", "partial", "wrong-plan", "format-error", "world-model-error", "other")
-HISTORY_COLUMNS = ["created_at", "target_kind", "target_id", "label", "note", "author"]
+HISTORY_COLUMNS = ["created_at", "run_id", "target_kind", "target_id", "label", "note", "author"]
 
 
 class AnnotationInputError(ValueError):
@@ -60,25 +61,30 @@ def save(
     target_id: str,
     labels: list[str] | str | None,
     note: str,
+    run_id: str | None = None,
 ) -> tuple[str, pd.DataFrame]:
-    """Record the labels (one row each) and return (message, the target's history)."""
+    """Record the labels (one row each) on ``target_id`` of ``run_id`` (None: the one run that
+    holds it) and return (message, the target's history)."""
+    run_id = run_id or None
     try:
         author = ctx.policy.author(user, "annotate")
         target_id, chosen = check(kind, target_id, labels)
     except (AuthError, AnnotationInputError) as err:
-        return f"**Not saved:** {err}", history(ctx, target_id)
+        return f"**Not saved:** {err}", history(ctx, target_id, run_id)
     try:
         for label in chosen:
-            ctx.store.annotate(kind, target_id, label, (note or "").strip(), author)
+            ctx.store.annotate(kind, target_id, label, (note or "").strip(), author, run_id)
     except (KeyError, ValueError) as err:
         reason = err.args[0] if err.args else str(err)
-        return f"**Not saved:** {reason}", history(ctx, target_id)
-    return f"Saved {', '.join(chosen)} on `{target_id}` as **{author}**.", history(ctx, target_id)
+        return f"**Not saved:** {reason}", history(ctx, target_id, run_id)
+    said = f"Saved {', '.join(chosen)} on `{target_id}` as **{author}**."
+    return said, history(ctx, target_id, run_id)
 
 
-def history(ctx: Studio, target_id: str | None) -> pd.DataFrame:
-    """Every label on a target, newest first (all recent labels when no target is given)."""
-    df = ctx.store.annotations(target_id=(target_id or "").strip() or None)
+def history(ctx: Studio, target_id: str | None, run_id: str | None = None) -> pd.DataFrame:
+    """Every label on a target (of ``run_id`` when given), newest first (all recent labels
+    when no target is given)."""
+    df = ctx.store.annotations(target_id=(target_id or "").strip() or None, run_id=run_id or None)
     return df.reindex(columns=HISTORY_COLUMNS)
 
 
@@ -112,7 +118,9 @@ def build(ctx: Studio, user: gr.State, demo: gr.Blocks) -> None:
     """Lay out the page (the queue first, then the form for any call or episode)."""
     from studio.pages import queue  # here, not at the top: queue imports this module
 
-    queue.build(ctx, user, demo, lambda u, call, lab, n: save(ctx, u, "call", call, lab, n)[0])
+    queue.build(
+        ctx, user, demo, lambda u, r, call, lab, n: save(ctx, u, "call", call, lab, n, r)[0]
+    )
     gr.Markdown("### Any call or episode")
     gr.Markdown(
         "Label what the world role rehearsed for one tool call (call id "
@@ -122,6 +130,13 @@ def build(ctx: Studio, user: gr.State, demo: gr.Blocks) -> None:
     with gr.Row():
         kind = gr.Radio(["call", "episode"], value="call", label="target", elem_id="annot-kind")
         target = gr.Textbox(label="call or episode id", elem_id="annot-target", scale=3)
+        run = gr.Dropdown(
+            ["", *run_choices(ctx)],
+            value="",
+            label="run (needed when the id is in several)",
+            elem_id="annot-run",
+            scale=2,
+        )
     label = gr.Radio(list(CALL_LABELS), label="label", elem_id="annot-label")
     note = gr.Textbox(label="note", lines=2, elem_id="annot-note")
     save_btn = gr.Button("Save label", variant="primary", elem_id="annot-save")
@@ -140,19 +155,21 @@ def build(ctx: Studio, user: gr.State, demo: gr.Blocks) -> None:
 
     kind.change(lambda k: gr.update(choices=labels_for(k), value=None), [kind], [label])
     save_btn.click(
-        lambda u, k, t, lab, n: save(ctx, u, k, t, lab, n),
-        [user, kind, target, label, note],
+        lambda u, k, t, lab, n, r: save(ctx, u, k, t, lab, n, r),
+        [user, kind, target, label, note, run],
         [message, table],
     )
-    target.change(lambda t: history(ctx, t), [target], [table])
+    target.change(lambda t, r: history(ctx, t, r), [target, run], [table])
+    run.change(lambda t, r: history(ctx, t, r), [target, run], [table])
     export_btn.click(lambda f: export(ctx, f), [fmt], [download])
 
-    def from_link(request: gr.Request) -> tuple[object, object, object]:
+    def from_link(request: gr.Request) -> tuple[object, ...]:
         params = request.query_params if request else {}
         call, episode = params.get("call", ""), params.get("episode", "")
-        chosen = call or episode
+        chosen, run_id = call or episode, params.get("run", "")
         if not chosen:  # no deep link: nothing to query
-            return gr.update(), gr.update(), gr.update()
-        return gr.update(value="call" if call else "episode"), chosen, history(ctx, chosen)
+            return gr.update(), gr.update(), gr.update(), gr.update()
+        kind_now = gr.update(value="call" if call else "episode")
+        return kind_now, chosen, gr.update(value=run_id), history(ctx, chosen, run_id)
 
-    demo.load(from_link, None, [kind, target, table])
+    demo.load(from_link, None, [kind, target, run, table])

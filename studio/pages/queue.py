@@ -120,7 +120,8 @@ def step(
 
 
 def build(ctx: Studio, user: gr.State, demo: gr.Blocks, save: Any) -> None:
-    """The queue section; ``save(user, call_id, label, note) -> message`` stores one label."""
+    """The queue section; ``save(user, run_id, call_id, label, note) -> message`` stores one
+    label."""
     gr.Markdown("### Queue")
     with gr.Row():
         run = gr.Dropdown(pair_runs(ctx), label="run", elem_id="queue-run", scale=2)
@@ -164,7 +165,7 @@ def build(ctx: Studio, user: gr.State, demo: gr.Blocks, save: Any) -> None:
     def save_next(u: str | None, at: str, lab: str | None, n: str, *values: Any):
         if not at:
             return (*keep, "Start the queue first.", n, gr.update())
-        said = save(u, at, lab, n)
+        said = save(u, values[0], at, lab, n)
         if not said.startswith("Saved"):
             return (*keep, said, n, gr.update())
         return (*step(ctx, u, list(values), at), said, "", agreement_frame(ctx, values[0]))

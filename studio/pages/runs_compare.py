@@ -17,14 +17,9 @@ import pandas as pd
 from studio import charts
 from studio.context import Studio
 from studio.pages import inspector
+from studio.pages.runs import run_choices
 
 OUTCOMES = ("all", "A only", "B only", "both", "neither")
-
-
-def run_choices(ctx: Studio) -> list[str]:
-    """Every run id, newest first."""
-    df = ctx.store.runs()
-    return [] if df.empty else list(df["run_id"])
 
 
 def shared_curves(curves: dict[str, pd.DataFrame], metric: str) -> alt.Chart:
