@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
 
 from envace_engine.config import (
+    PROMPT_KEYS,
     ConfigError,
     SFTConfig,
     TrainConfig,
@@ -84,13 +86,14 @@ def test_example_train_configs_load(name: str) -> None:
     assert cfg.steps >= 1
 
 
-def test_example_sft_config_matches_the_grpo_prompts() -> None:
-    sft = load(SFTConfig, CONFIGS / "toy-sft.toml")
-    train = load(TrainConfig, CONFIGS / "toy-envace.toml")
-    # SFT must render prompts exactly as the rollout of the run that starts from it
-    for key in ("n_examples", "grounded_rehearsal", "rehearse_history"):
-        assert getattr(sft.rollout, key) == getattr(train.rollout, key), key
-    assert sft.task_filter == train.task_filter
+def test_example_grpo_configs_take_their_prompts_from_the_sft_checkpoint() -> None:
+    """The toy GRPO configs start from configs/study-sft.toml's checkpoint and set no prompt
+    key, so they render prompts exactly as that checkpoint was trained with."""
+    sft = load(SFTConfig, CONFIGS / "study-sft.toml")
+    for name in ("toy-envace", "toy-real-grpo", "toy-act-only", "toy-envace-sglang"):
+        body = tomllib.loads((CONFIGS / f"{name}.toml").read_text())
+        assert body["model"] == f"runs/runs/{sft.run_id}/model", name
+        assert not set(body.get("rollout", {})) & set(PROMPT_KEYS), name
 
 
 def test_data_root(monkeypatch: pytest.MonkeyPatch) -> None:
