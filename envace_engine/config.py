@@ -136,6 +136,13 @@ class LossSettings(Section):
     dual_clip: float | None = Field(3.0, gt=1, description="None turns the dual clip off")
     kl_coef: float = Field(0.0, ge=0, description="> 0 loads a frozen reference model")
     aggregation: Literal["seq_mean_token_mean", "token_mean"] = "seq_mean_token_mean"
+    tis_cap: float | None = Field(
+        None,
+        ge=1,
+        description="truncated importance sampling: the ratio takes the trainer's log-probs and "
+        "each token's loss is weighted by min(p_trainer / p_sampler, tis_cap); None = the ratio "
+        "takes the sampler's log-probs (docs/training.md, 'Sampler/trainer mismatch')",
+    )
 
 
 class OptimSettings(Section):

@@ -145,11 +145,11 @@ def build_app(
             with gr.Tab(PAGES["runs"], id="runs", elem_id="runs-page"):
                 runs.build(ctx, user)
             with gr.Tab(PAGES["inspector"], id="inspector", elem_id="inspector-page") as tab:
-                inspector.build(ctx, tab)
+                inspector.build(ctx, tab, demo)
             with gr.Tab(PAGES["compare"], id="compare", elem_id="compare-page") as tab:
                 compare.build(ctx, tab)
-            with gr.Tab(PAGES["runs-compare"], id="runs-compare", elem_id="cmp-page") as tab:
-                runs_compare.build(ctx, tab)
+            with gr.Tab(PAGES["runs-compare"], id="runs-compare", elem_id="cmp-page"):
+                runs_compare.build(ctx, demo)
             with gr.Tab(PAGES["annotate"], id="annotate", elem_id="annotate-page"):
                 annotate.build(ctx, user, demo)
             with gr.Tab(PAGES["budget"], id="budget", elem_id="budget-page") as tab:

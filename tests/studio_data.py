@@ -123,6 +123,8 @@ def make_run(root: Path, run_id: str = "train-demo", steps: int = 2, per_step: i
                 "reward/rehearse": 0.1 * step,
                 "fidelity/score": 0.6 + 0.05 * step,
                 "loss": 1.0 - 0.2 * step,
+                "rollout/logprob_diff": 0.01 + 0.002 * step,
+                "rollout/mismatch_kl": 1e-4,
             },
         )
         writer.progress(step + 1, steps, f"step {step + 1}")

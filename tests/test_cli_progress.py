@@ -42,3 +42,20 @@ def test_the_tokens_counted_by_the_embedded_sampler(tiny_path, tokenizer):
     assert isinstance(sampler, TokenCounting) and sampler.generated == 0
     gens = sampler.generate([[1, 2, 3], [4, 5]], SamplingParams(max_new_tokens=5, seed=0))
     assert sampler.generated == sum(len(g.token_ids) for g in gens) > 0
+
+
+def test_train_and_sft_bars_take_their_rate_from_the_metrics(tmp_path, monkeypatch):
+    out = io.StringIO()
+    monkeypatch.setattr("sys.stderr", out)
+    train = ProgressSink(JsonlSink(tmp_path / "t"), "train r")
+    train.progress(1, 40)
+    train.metrics(0, {"perf/tokens_per_s": 83.5, "reward/mean": 0.5})
+    train.progress(2, 40)
+    train.close()
+    assert "train r · 83.5 tok/s" in out.getvalue() and "2/40" in out.getvalue()
+    sft = ProgressSink(JsonlSink(tmp_path / "s"), "sft")
+    sft.metrics(0, {"sft/padded_tokens": 4000.0, "sft/loss": 1.0})
+    sft.progress(1, 110)
+    sft.close()
+    rate = float(out.getvalue().rsplit("sft · ", 1)[1].split(" tok/s")[0])
+    assert rate > 0

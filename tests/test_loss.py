@@ -17,6 +17,7 @@ row 0: -1 / (2 rows x 2 tokens) = -0.25; row 1 token 1: 3 / (2 rows x 3 tokens) 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -25,6 +26,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from envace_engine.training.loss import LossInputs, RoleMetrics, policy_loss
+from envace_engine.training.optimize import truncated_is
 
 RATIOS = [[1.0, 1.5, 0.5], [0.5, 1.5, 4.0]]
 
@@ -50,6 +52,35 @@ def test_seq_mean_token_mean_by_hand():
     out.loss.backward()
     expected = torch.tensor([[-0.25, 0.0, 0.0], [0.0, 0.5, 0.0]])
     torch.testing.assert_close(inputs.logprobs.grad, expected)
+
+
+def test_importance_weights_scale_each_token_by_hand():
+    """TIS weights multiply the clipped surrogate per token (row 0's third token is off the
+    mask): row 0 -1·2, -1.2·0.5; row 1 1.6·1, 3·0.25, 6·1."""
+    weights = torch.tensor([[2.0, 0.5, 9.0], [1.0, 0.25, 1.0]])
+    inputs = dataclasses.replace(_inputs(), is_weights=weights)
+    out = policy_loss(inputs)
+    assert out.loss.item() == pytest.approx((-2.6 / 2 + 8.35 / 3) / 2, rel=1e-6)
+    out.loss.backward()
+    expected = torch.tensor([[-2 / 4, 0.0, 0.0], [0.0, 0.75 / 6, 0.0]])
+    torch.testing.assert_close(inputs.logprobs.grad, expected)
+
+
+def test_truncated_is_takes_the_trainers_ratio_and_caps_the_weights():
+    logprobs = torch.tensor([[-1.0, -2.0, -3.0]], requires_grad=True)
+    sampler = torch.tensor([[-1.5, -0.5, 50.0]])  # the third token is off the mask
+    inputs = LossInputs(
+        logprobs=logprobs,
+        old_logprobs=sampler,
+        advantages=torch.tensor([1.0]),
+        mask=torch.tensor([[1.0, 1.0, 0.0]]),
+        role_ids=torch.tensor([0]),
+    )
+    out = truncated_is(inputs, cap=1.5)
+    torch.testing.assert_close(out.old_logprobs, logprobs.detach())
+    assert out.is_weights is not None and not out.is_weights.requires_grad
+    torch.testing.assert_close(out.is_weights, torch.tensor([[1.5, math.exp(-1.5), 0.0]]))
+    assert truncated_is(inputs, cap=2.0).is_weights[0, 0].item() == pytest.approx(math.exp(0.5))
 
 
 def test_token_mean_by_hand():

@@ -87,7 +87,7 @@ def _fixed_batch(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     }
 
 
-def _ours(model, batch, aggregation: str, beta: float) -> torch.Tensor:
+def _ours(model, batch, aggregation: str, beta: float, is_weights=None) -> torch.Tensor:
     prompt_len = batch["prompt_ids"].shape[1]
     ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
     att = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
@@ -104,6 +104,7 @@ def _ours(model, batch, aggregation: str, beta: float) -> torch.Tensor:
         mask=mask.float(),
         role_ids=torch.zeros(4, dtype=torch.long),
         ref_logprobs=widen(batch["ref_per_token_logps"]),
+        is_weights=None if is_weights is None else widen(is_weights),
     )
     out = policy_loss(
         inputs,
@@ -143,5 +144,33 @@ def test_loss_and_gradients_match_trl(tiny_path, tokenizer, tmp_path, loss_type,
     assert trl_loss.item() != 0.0
     torch.testing.assert_close(our_loss, trl_loss, atol=1e-6, rtol=1e-6)
     assert our_grads.keys() == trl_grads.keys() and len(our_grads) > 10
+    for name, grad in trl_grads.items():
+        torch.testing.assert_close(our_grads[name], grad, atol=1e-6, rtol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.04])
+def test_truncated_importance_weights_match_trl(tiny_path, tokenizer, tmp_path, beta):
+    """TIS: TRL's ``token_truncate`` correction (``use_vllm`` with importance sampling) equals
+    ours with ``is_weights``: the same per-token weights multiply the clipped surrogate."""
+    trainer = _trainer(tiny_path, tokenizer, tmp_path, "grpo", beta)
+    trainer.use_vllm, trainer.vllm_importance_sampling_correction = True, True
+    model = trainer.model
+    batch = _fixed_batch(model)
+    sampler = batch["old_per_token_logps"] + torch.linspace(-1.0, 1.0, 24).reshape(4, 6)
+    gap = (batch["old_per_token_logps"] - sampler) * batch["completion_mask"]
+    weights = torch.exp(gap).clamp(max=2.0) * batch["completion_mask"]
+    assert (weights > 1.999).any() and (weights < 0.5).any()  # truncated and down-weighted
+    batch["importance_sampling_ratio"] = weights
+
+    model.zero_grad(set_to_none=True)
+    trl_loss = trainer._compute_loss(model, batch)
+    trl_loss.backward()
+    trl_grads = _grads(model)
+    model.zero_grad(set_to_none=True)
+    our_loss = _ours(model, batch, "seq_mean_token_mean", beta, is_weights=weights)
+    our_loss.backward()
+    our_grads = _grads(model)
+
+    torch.testing.assert_close(our_loss, trl_loss, atol=1e-6, rtol=1e-6)
     for name, grad in trl_grads.items():
         torch.testing.assert_close(our_grads[name], grad, atol=1e-6, rtol=1e-5, msg=name)

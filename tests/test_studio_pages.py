@@ -114,11 +114,16 @@ def test_launch_runs_the_command_and_shows_progress(ctx):
     assert list(mirrored["status"]) == ["done"] and mirrored["exit_code"].iloc[0] == 0
 
 
-def test_curves_for_reward_fidelity_loss(ctx):
-    reward, fidelity, loss = (c.to_dict() for c in runs.curve_charts(ctx, "train-demo"))
-    names = {row["name"] for row in next(iter(reward["datasets"].values()))}
-    assert names == {"reward/act", "reward/rehearse"}
-    assert {r["name"] for r in next(iter(loss["datasets"].values()))} == {"loss"}
+def test_curves_for_reward_fidelity_loss_and_mismatch(ctx):
+    charts = [c.to_dict() for c in runs.curve_charts(ctx, "train-demo")]
+    reward, fidelity, loss, gap = charts
+
+    def names(chart: dict) -> set[str]:
+        return {row["name"] for row in next(iter(chart["datasets"].values()))}
+
+    assert names(reward) == {"reward/act", "reward/rehearse"}
+    assert names(loss) == {"loss"}
+    assert names(gap) == {"rollout/logprob_diff", "rollout/mismatch_kl"}
     assert fidelity["mark"]["type"] == "line"
 
 
@@ -138,7 +143,7 @@ def test_inspector_nests_rehearsed_and_real_under_each_call(ctx):
     assert {"act (trained)", "rehearse (trained)", "not trained"} <= roles
     here = "run=train-demo&episode=ep-0-1"
     assert link.startswith(f"Deep link: `?tab=inspector&{here}`")
-    assert f"(?tab=rehearse&{here})" in link and "(?tab=annotate&episode=ep-0-1)" in link
+    assert f"(?tab=rehearse&{here})" in link and f"(?tab=annotate&{here})" in link
 
 
 def test_inspector_unknown_episode_and_next_failure(ctx):

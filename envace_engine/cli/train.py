@@ -30,6 +30,9 @@ class ProgressSink:
     """A ``Sink`` that forwards everything to ``inner`` and draws a tqdm progress bar.
 
     ``meter``: a sampler that counts its generated tokens; the bar then shows tok/s since start.
+    Without one the rate comes from the metrics: a GRPO step's ``perf/tokens_per_s`` (its
+    rollout's sampled tokens per second), or SFT's ``sft/padded_tokens`` summed over the steps
+    (tokens run through the model per second since start).
     """
 
     def __init__(
@@ -42,6 +45,7 @@ class ProgressSink:
         self.desc, self.shown, self.message = desc, "", ""
         self.meter = meter
         self.started = (time.perf_counter(), meter.generated if meter else 0)
+        self.trained_tokens = 0.0
 
     def episodes(self, step: int, episodes: Sequence[Episode]) -> None:
         """Forward a step's episodes."""
@@ -53,7 +57,18 @@ class ProgressSink:
         keys = ("reward/mean", "success/real", "fidelity/score", "loss", "sft/loss")
         picked = [f"{k.split('/')[-1]}={metrics[k]:.3f}" for k in keys if k in metrics]
         self.shown = ", ".join(picked)
+        rate = self._metric_rate(metrics)
+        if rate is not None:
+            self.bar.set_description_str(f"{self.desc} · {rate:.1f} tok/s", refresh=False)
         self._postfix()
+
+    def _metric_rate(self, metrics: Mapping[str, float]) -> float | None:
+        if "perf/tokens_per_s" in metrics:
+            return float(metrics["perf/tokens_per_s"])
+        if "sft/padded_tokens" in metrics:
+            self.trained_tokens += float(metrics["sft/padded_tokens"])
+            return self.trained_tokens / max(time.perf_counter() - self.started[0], 1e-9)
+        return None
 
     def progress(self, done: int, total: int, message: str = "") -> None:
         """Forward progress and move the bar (with tok/s when metered)."""

@@ -5,7 +5,12 @@ Per trained token ``t`` of a row with advantage ``A``, with ``r = exp(logp − o
     surr  = max(−A·r, −A·clip(r, 1 − ε_low, 1 + ε_high))        # = −min(A·r, A·clip(r)), PPO
     dual  = min(surr, −c·A)   if A < 0   else surr               # dual clip (Ye et al. 2020)
     kl    = exp(ref − logp) − (ref − logp) − 1                   # k3 estimator, >= 0
-    loss_t = dual + kl_coef · kl
+    loss_t = w · dual + kl_coef · kl
+
+``w`` is 1 unless truncated importance sampling is on (``is_weights``: per-token
+``min(p_trainer / p_sampler, C)``, detached; the ratio's ``old_logp`` is then the trainer's own),
+which corrects for a sampler whose numerics differ from the trainer's as TRL's
+``vllm_importance_sampling_mode="token_truncate"`` does (Yao et al. 2025).
 
 The dual clip bounds the loss of a negative-advantage token at ``c·|A|`` when its ratio has grown
 past ``c``: without it a stale, very unlikely-then-likely token could dominate the step.
@@ -48,6 +53,7 @@ class LossInputs:
     mask: torch.Tensor  # [B, T] 1 on trained tokens, 0 elsewhere
     role_ids: torch.Tensor  # [B] index into batching.TRAINED_ROLES
     ref_logprobs: torch.Tensor | None = None  # [B, T] frozen reference, needed when kl_coef > 0
+    is_weights: torch.Tensor | None = None  # [B, T] truncated importance weights (no gradient)
 
     @classmethod
     def from_batch(
@@ -155,7 +161,7 @@ def policy_loss(
     surr = torch.maximum(-adv * ratio, -adv * ratio.clamp(1 - clip_eps_low, 1 + eps_high))
     if dual_clip is not None:
         surr = torch.where(adv < 0, torch.minimum(surr, -dual_clip * adv), surr)
-    per_token = surr
+    per_token = surr if inputs.is_weights is None else surr * inputs.is_weights.detach()
     kl = None
     if inputs.ref_logprobs is not None:
         delta = torch.where(on, inputs.ref_logprobs - inputs.logprobs, 0.0)

@@ -7,7 +7,8 @@ when there is no KL term: their gradient is exactly zero, and the divisors stay 
 all rows, so the gradient equals one big batch's. On the rows it does run, ``micro_step`` also
 measures how far the trainer's log-probs are from the sampler's (``Mismatch``): one optimizer
 step per rollout batch means both scored the same tokens under the same weights, so the gap is
-numerics alone (bf16 GEMMs, another engine); the importance ratio keeps the sampler's.
+numerics alone (bf16 GEMMs, another engine). The importance ratio keeps the sampler's log-probs
+unless ``loss.tis_cap`` turns on truncated importance sampling (``truncated_is``).
 """
 
 from __future__ import annotations
@@ -144,6 +145,20 @@ def mismatch(logprobs: Any, old_logprobs: Any, mask: Any) -> Mismatch:
     return Mismatch(float(d.abs().sum()), float(k3.sum()), int(mask.sum()))
 
 
+def truncated_is(inputs: LossInputs, cap: float) -> LossInputs:
+    """``inputs`` for truncated importance sampling: the ratio's old log-probs become the
+    trainer's own (one optimizer step per rollout batch: its current scores, detached), and each
+    token is weighted by ``min(exp(logp_trainer - logp_sampler), cap)`` (0 off the mask)."""
+    import torch
+
+    with torch.no_grad():
+        trainer = inputs.logprobs.detach()
+        on = inputs.mask > 0
+        gap = torch.where(on, trainer - inputs.old_logprobs, 0.0)
+        weights = torch.exp(gap).clamp(max=cap) * inputs.mask
+    return dataclasses.replace(inputs, old_logprobs=trainer, is_weights=weights)
+
+
 def micro_step(
     parts: Parts, batch: Any, total_rows: int, total_tokens: int
 ) -> tuple[Any, Mismatch]:
@@ -171,8 +186,11 @@ def micro_step(
                 )
                 ref = ref_lp.float()
     gap = mismatch(logprobs, batch.old_logprobs, batch.completion_mask)
+    inputs = LossInputs.from_batch(batch, logprobs, ref)
+    if cfg.loss.tis_cap is not None:
+        inputs = truncated_is(inputs, cfg.loss.tis_cap)
     out = policy_loss(
-        LossInputs.from_batch(batch, logprobs, ref),
+        inputs,
         clip_eps_low=cfg.loss.clip_eps_low,
         clip_eps_high=cfg.loss.clip_eps_high,
         dual_clip=cfg.loss.dual_clip,

@@ -165,6 +165,8 @@ def build(ctx: Studio, user: gr.State, demo: gr.Blocks) -> None:
 
     def from_link(request: gr.Request) -> tuple[object, ...]:
         params = request.query_params if request else {}
+        if params.get("tab") != "annotate":  # a deep link to another page
+            return gr.update(), gr.update(), gr.update(), gr.update()
         call, episode = params.get("call", ""), params.get("episode", "")
         chosen, run_id = call or episode, params.get("run", "")
         if not chosen:  # no deep link: nothing to query

@@ -244,7 +244,7 @@ def open_episode(
     here = f"run={run_id}&episode={episode_id}"
     link = (
         f"Deep link: `?tab=inspector&{here}` · [live rehearse its calls](?tab=rehearse&{here})"
-        f" · [label it](?tab=annotate&episode={episode_id})"
+        f" · [label it](?tab=annotate&{here})"
     )
     return chat_messages(view), summary(view), token_view(view), link
 
@@ -299,11 +299,12 @@ def run_ids(ctx: Studio) -> list[str]:
     return [] if df.empty else list(df["run_id"])
 
 
-def build(ctx: Studio, tab: gr.Tab) -> None:
+def build(ctx: Studio, tab: gr.Tab, demo: gr.Blocks) -> None:
     """Lay out the page and wire its events (read-only: no user needed).
 
-    Nothing is queried until the tab is opened; then the URL's ``episode``/``run`` (deep link)
-    or the newest run fills the page.
+    A deep link (``?tab=inspector&run=&episode=``) fills the page with the page load, beside the
+    browser's switch to the tab (one round trip, not two in a row); otherwise nothing is
+    queried until the tab is opened, and then the newest run fills the page.
     """
     with gr.Row():
         # value=None: an empty picker tells the tab handler the page has not been filled yet
@@ -372,7 +373,8 @@ def build(ctx: Studio, tab: gr.Tab) -> None:
     for control in filters:
         # gradio adds the event methods at runtime; its types do not declare them on the
         # FormComponent base that mypy joins these components to.
-        control.change(lambda *v: episode_list(ctx, *v), filters, [table, pager])  # type: ignore[attr-defined]
+        # .input: a user's edit (a deep link's own update of the run must not list twice)
+        control.input(lambda *v: episode_list(ctx, *v), filters, [table, pager])  # type: ignore[attr-defined]
     outputs = [chat, head, tokens, link]
     show.click(lambda e: open_episode(ctx, e), [episode], outputs)
     episode.submit(lambda e: open_episode(ctx, e), [episode], outputs)
@@ -394,9 +396,11 @@ def build(ctx: Studio, tab: gr.Tab) -> None:
 
     fail.click(jump, [run, episode], [episode, *outputs])
 
+    keep = tuple(gr.update() for _ in range(4 + len(outputs)))
+
     def deep_link(current_run: str | None, request: gr.Request) -> tuple[object, ...]:
         if current_run:  # already filled: reopening the tab keeps what the user picked
-            return tuple(gr.update() for _ in range(4 + len(outputs)))
+            return keep
         episode_id = request.query_params.get("episode", "") if request else ""
         run_id = request.query_params.get("run") if request else None
         if episode_id and not run_id:  # ids repeat across runs: &run= says which
@@ -408,4 +412,16 @@ def build(ctx: Studio, tab: gr.Tab) -> None:
         picker = gr.update(choices=choices, value=run_id)
         return (episode_id, picker, *listing, *open_episode(ctx, episode_id, run_id))
 
-    tab.select(deep_link, [run], [episode, run, table, pager, *outputs])
+    def on_open(current_run: str | None, request: gr.Request) -> tuple[object, ...]:
+        if request and request.query_params.get("tab") == "inspector":
+            return keep  # the page load's handler fills it
+        return deep_link(current_run, request)
+
+    def on_load(request: gr.Request) -> tuple[object, ...]:
+        if not request or request.query_params.get("tab") != "inspector":
+            return keep
+        return deep_link(None, request)
+
+    targets = [episode, run, table, pager, *outputs]
+    tab.select(on_open, [run], targets)
+    demo.load(on_load, None, targets)

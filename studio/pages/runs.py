@@ -129,14 +129,18 @@ FIDELITY_CURVES = (
     "fidelity/status_agree",
 )
 
+# Sampler vs trainer log-probs on the trained tokens (training.optimize.Mismatch): numerics only.
+MISMATCH_CURVES = ("rollout/logprob_diff", "rollout/mismatch_kl")
 
-def curve_charts(ctx: Studio, run_id: str | None) -> tuple[object, object, object]:
-    """Reward per role, fidelity and loss curves of one run."""
+
+def curve_charts(ctx: Studio, run_id: str | None) -> tuple[object, ...]:
+    """Reward per role, fidelity, loss and sampler/trainer mismatch curves of one run."""
     df = ctx.store.curves(run_id) if run_id else pd.DataFrame(columns=["step", "name", "value"])
     return (
         charts.curves(df, REWARD_CURVES, "reward per role", 300),
         charts.curves(df, FIDELITY_CURVES, "fidelity", 300),
         charts.curves(df, ("loss",), "loss", 300),
+        charts.curves(df, MISMATCH_CURVES, "sampler vs trainer log-probs", 300),
     )
 
 
@@ -254,6 +258,7 @@ def build(ctx: Studio, user: gr.State) -> None:
         reward_plot = gr.Plot(label="reward per role")
         fidelity_plot = gr.Plot(label="fidelity")
         loss_plot = gr.Plot(label="loss")
+        gap_plot = gr.Plot(label="sampler vs trainer log-probs (|Δ|, KL)")
     timer = gr.Timer(POLL_S)
 
     form = {
@@ -297,11 +302,11 @@ def build(ctx: Studio, user: gr.State) -> None:
         # Charts are redrawn while the run's job is live, or once for a run not yet drawn (the
         # dropdown's initial value fires no change event): no flicker, no wasted queries.
         fresh = is_active(ctx, run_id) or shown != run_id
-        charts_now = curve_charts(ctx, run_id) if fresh else (gr.update(),) * 3
+        charts_now = curve_charts(ctx, run_id) if fresh else (gr.update(),) * 4
         tables = (runs_table(ctx), jobs_table(ctx), progress_text(ctx, run_id))
         return (*tables, *charts_now, run_id)
 
-    outputs = [runs, jobs, progress, reward_plot, fidelity_plot, loss_plot]
+    outputs = [runs, jobs, progress, reward_plot, fidelity_plot, loss_plot, gap_plot]
     timer.tick(tick, [pick, drawn], [*outputs, drawn], show_progress="hidden")
     pick.change(refresh, [pick], outputs, show_progress="hidden")
     stop.click(lambda u, r: cancel(ctx, u, r), [user, pick], [launched])

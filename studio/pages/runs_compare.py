@@ -86,8 +86,9 @@ def side_by_side(ctx: Studio, run_ids: list[str], task_id: str) -> tuple[Any, ..
     return tuple(out)
 
 
-def build(ctx: Studio, tab: gr.Tab) -> None:
-    """Lay out the page and wire its events."""
+def build(ctx: Studio, demo: gr.Blocks) -> None:
+    """Lay out the page and wire its events. A deep link (``?tab=runs-compare&runs=A,B``) fills
+    it with the page load; the run menu is filled then too."""
     runs = gr.Dropdown(
         run_choices(ctx), multiselect=True, label="runs (A, B, …)", elem_id="cmp-runs"
     )
@@ -126,10 +127,11 @@ def build(ctx: Studio, tab: gr.Tab) -> None:
     table.select(pick, [table, runs], [head_a, chat_a, head_b, chat_b])
 
     def from_link(request: gr.Request) -> tuple[Any, ...]:
-        wanted = request.query_params.get("runs", "") if request else ""
+        params = request.query_params if request else {}
+        wanted = params.get("runs", "") if params.get("tab") == "runs-compare" else ""
         run_ids = [r for r in wanted.split(",") if r]
         if len(run_ids) < 2:
             return (gr.update(),) * 5
         return (gr.update(choices=run_choices(ctx), value=run_ids), *refresh(run_ids, None, "all"))
 
-    tab.select(from_link, None, [runs, metric, plot, message, table])
+    demo.load(from_link, None, [runs, metric, plot, message, table])

@@ -178,12 +178,16 @@ def build(ctx: Studio, tab: gr.Tab, demo: gr.Blocks) -> None:
     gr.Markdown("### World model: held-out rehearsal without references")
     world = gr.Dataframe(interactive=False, elem_id="study-world")
     outputs = [summary, table, world, plot]
-    pick.change(lambda r, c: show(ctx, r, c), [pick, curve], outputs)
-    curve.change(lambda r, c: show(ctx, r, c), [pick, curve], outputs)
+    # .input: a user's pick; the load's own update of the menu must not draw the page again
+    pick.input(lambda r, c: show(ctx, r, c), [pick, curve], outputs)
+    curve.input(lambda r, c: show(ctx, r, c), [pick, curve], outputs)
     tab.select(lambda r, c: show(ctx, r, c), [pick, curve], outputs)
 
     def deep_link(c: str, request: gr.Request) -> tuple[Any, ...]:
-        wanted = request.query_params.get("study") if request is not None else None
+        params = request.query_params if request is not None else {}
+        if params.get("tab", "study") != "study":  # another page was asked for: draw on select
+            return (gr.update(),) * (1 + len(outputs))
+        wanted = params.get("study")
         fresh = study_runs(ctx)
         chosen = wanted or (fresh[0] if fresh else None)
         return (gr.update(choices=fresh, value=chosen), *show(ctx, chosen, c))
