@@ -163,9 +163,7 @@ def test_labels_belong_to_one_run_when_episode_ids_repeat(tmp_path):
             store.annotate("call", "same-ep0000001/0", "faithful", author="ana", run_id="c")
         store.annotate("call", "same-ep0000001/0", "faithful", author="ana", run_id="b")
         store.annotate("episode", "same-ep0000001", "success", author="ana", run_id="b")
-        labels = {
-            r: store.pairs(run_id=r, limit=100).set_index("call_id")["label"] for r in "ab"
-        }
+        labels = {r: store.pairs(run_id=r, limit=100).set_index("call_id")["label"] for r in "ab"}
         assert labels["b"]["same-ep0000001/0"] == "faithful"
         assert labels["a"].isna().all()  # run a's call of the same id is unlabelled
         assert store.count_episodes(run_id="a", label="success") == 0
