@@ -144,3 +144,25 @@ def test_the_owner_writes_within_the_limits(hosted):
     big = {**FORM, "model": "sglang+http://10.0.0.1:30000"}
     message, none = runs.launch(hosted, "owner", big)
     assert none is None and "own CPU only" in message
+
+
+def test_live_rehearse_keeps_to_the_model_cap(tmp_path):
+    """On a Space the live rehearse worker loads no model over the cap (it would run beside
+    the Space's one job), for stored calls and written ones alike."""
+    from studio.pages import rehearse
+
+    make_run(tmp_path)
+    policy = AuthPolicy(mode="hf", writers=frozenset({"owner"}))
+    capped = Studio.open(tmp_path, policy, space.HostLimits(max_model_params=2_000_000))
+    client = rehearse.RehearseClient()
+    try:
+        live, *_ = rehearse.live_rehearse(capped, client, "ep-0-1", 1, "smollm2-135m", 0.0)
+        assert "Cannot rehearse" in live and "at most 2 M" in live
+        call = '{"name": "get_balance", "arguments": {"account": "dan"}}'
+        live, *_ = rehearse.rehearse_new_call(
+            capped, client, "toy", "validation", "toy/s2-0", call, "smollm2-135m", 0.0
+        )
+        assert "Cannot rehearse" in live and "at most 2 M" in live
+    finally:
+        client.close()
+        capped.store.close()

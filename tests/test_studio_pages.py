@@ -310,11 +310,11 @@ def test_unparseable_rehearsal_shows_the_raw_output(ctx, tmp_path):
         ('{"name": "get_balance", "arguments": [1]}', '"arguments" must be a JSON object'),
     ],
 )
-def test_written_calls_are_validated(text, needle):
+def test_written_calls_are_validated(ctx, text, needle):
     with pytest.raises(ValueError, match=re.escape(needle)):
         rehearse.parse_call(text)
     live, real, _timing = rehearse.rehearse_new_call(
-        rehearse.RehearseClient(), "toy", "validation", "toy/s2-0", text, "tiny", 0.0
+        ctx, rehearse.RehearseClient(), "toy", "validation", "toy/s2-0", text, "tiny", 0.0
     )
     assert "Cannot rehearse" in live and needle in live and real == ""
 
@@ -327,12 +327,12 @@ def test_task_state_shows_the_initial_state():
 
 
 @pytest.mark.slow
-def test_rehearse_a_written_call_beside_the_real_tool():
+def test_rehearse_a_written_call_beside_the_real_tool(ctx):
     client = rehearse.RehearseClient()
     call = '{"name": "get_balance", "arguments": {"account": "dan"}}'
     try:
         live, real, timing = rehearse.rehearse_new_call(
-            client, "toy", "validation", "toy/s2-0", call, "tiny", 0.0
+            ctx, client, "toy", "validation", "toy/s2-0", call, "tiny", 0.0
         )
     finally:
         client.close()

@@ -19,6 +19,9 @@ import pandas as pd
 from studio.context import Studio
 from studio.pages.inspector import response_text
 from studio.rehearse_worker import RehearseClient, RehearseError
+from studio.space import LimitError
+
+SUITES = ["toy", "bfcl-gen", "bfcl", "tau2-airline", "tau2-retail"]
 
 CALL_COLUMNS = [
     "call_index",
@@ -30,15 +33,20 @@ CALL_COLUMNS = [
 ]
 
 
-def rehearsable_calls(ctx: Studio, episode_id: str) -> tuple[pd.DataFrame, str]:
-    """The episode's calls that have a stored rehearse prompt, and a status line."""
+def rehearsable_calls(
+    ctx: Studio, episode_id: str, run_id: str | None = None
+) -> tuple[pd.DataFrame, str]:
+    """The episode's calls that have a stored rehearse prompt, and a status line (the episode
+    of ``run_id`` when given: ids repeat across runs)."""
     episode_id = (episode_id or "").strip()
     if not episode_id:
         return pd.DataFrame(columns=CALL_COLUMNS), "Enter an episode id (rehearsal-mode runs)."
+    run_id = (run_id or "").strip() or None
     try:
-        view = ctx.store.episode(episode_id)
+        view = ctx.store.episode(episode_id, run_id)
     except KeyError:
-        return pd.DataFrame(columns=CALL_COLUMNS), f"**No episode `{episode_id}`** in storage."
+        where = f" in run `{run_id}`" if run_id else ""
+        return pd.DataFrame(columns=CALL_COLUMNS), f"**No episode `{episode_id}`**{where}."
     have = set(view.rehearsals["call_index"]) if not view.rehearsals.empty else set()
     calls = view.calls[view.calls["call_index"].isin(have)] if have else view.calls.iloc[0:0]
     if calls.empty:
@@ -63,12 +71,14 @@ def live_rehearse(
     call_index: float | None,
     model: str,
     temperature: float,
+    run_id: str | None = None,
 ) -> tuple[str, str, str, str]:
     """(live answer, stored rehearsal, real response, timing line) for one call."""
     if call_index is None:
         return "Pick a call first.", "", "", ""
     try:
-        view = ctx.store.episode((episode_id or "").strip())
+        ctx.limits.check_model(model)
+        view = ctx.store.episode((episode_id or "").strip(), (run_id or "").strip() or None)
         ids = _prompt_ids(view, int(call_index))
         answer = client.ask(
             {
@@ -81,6 +91,8 @@ def live_rehearse(
         )
     except KeyError:
         return f"No episode `{episode_id}`.", "", "", ""
+    except LimitError as err:
+        return f"**Cannot rehearse:** {err}", "", "", ""
     except RehearseError as err:
         return f"**Cannot rehearse:** {err}", "", "", ""
     call = view.calls[view.calls["call_index"] == int(call_index)].iloc[0].to_dict()
@@ -130,6 +142,7 @@ def task_state(suite: str, split: str, task_id: str) -> str:
 
 
 def rehearse_new_call(
+    ctx: Studio,
     client: RehearseClient,
     suite: str,
     split: str,
@@ -140,6 +153,7 @@ def rehearse_new_call(
 ) -> tuple[str, str, str]:
     """(live answer, real response, timing line) for a call the user wrote."""
     try:
+        ctx.limits.check_model(model)
         call = parse_call(call_text)
         answer = client.ask(
             {
@@ -154,7 +168,7 @@ def rehearse_new_call(
                 "seed": 0,
             }
         )
-    except (ValueError, RehearseError) as err:
+    except (ValueError, RehearseError, LimitError) as err:
         return f"**Cannot rehearse:** {err}", "", ""
     real = f"```json\n{json.dumps(answer['real'], indent=2)}\n```"
     timing = (
@@ -176,7 +190,8 @@ def _live_text(answer: dict[str, Any]) -> str:
 
 
 def build(ctx: Studio, tab: gr.Tab | None = None) -> None:
-    """Lay out the page and wire its events (``?tab=rehearse&episode=ID`` fills it in)."""
+    """Lay out the page and wire its events (``?tab=rehearse&run=RUN&episode=ID`` fills it
+    in)."""
     client = RehearseClient()
     gr.Markdown(
         "Pick an episode of a rehearsal-mode run and one of its tool calls: the model "
@@ -185,6 +200,7 @@ def build(ctx: Studio, tab: gr.Tab | None = None) -> None:
     )
     with gr.Row():
         episode = gr.Textbox(label="episode id", elem_id="reh-episode", scale=3)
+        run = gr.Textbox(label="run (when the id is in several)", elem_id="reh-run", scale=2)
         load = gr.Button("Load calls", scale=1, elem_id="reh-load")
     status = gr.Markdown()
     calls = gr.Dataframe(pd.DataFrame(columns=CALL_COLUMNS), interactive=False, max_height=220)
@@ -210,8 +226,8 @@ def build(ctx: Studio, tab: gr.Tab | None = None) -> None:
         with gr.Column():
             gr.Markdown("#### Real response")
             real = gr.Markdown(container=True)
-    load.click(lambda e: rehearsable_calls(ctx, e), [episode], [calls, status])
-    episode.submit(lambda e: rehearsable_calls(ctx, e), [episode], [calls, status])
+    load.click(lambda e, r: rehearsable_calls(ctx, e, r), [episode, run], [calls, status])
+    episode.submit(lambda e, r: rehearsable_calls(ctx, e, r), [episode, run], [calls, status])
 
     def pick(evt: gr.SelectData, df: pd.DataFrame) -> int:
         row = evt.index[0] if isinstance(evt.index, (list, tuple)) else evt.index
@@ -220,29 +236,32 @@ def build(ctx: Studio, tab: gr.Tab | None = None) -> None:
     calls.select(pick, [calls], [index])
 
     def from_link(current: str, request: gr.Request) -> tuple[object, ...]:
-        wanted = request.query_params.get("episode", "") if request else ""
+        params = request.query_params if request else {}
+        wanted, run_id = params.get("episode", ""), params.get("run", "")
         if current or not wanted:  # already filled, or no deep link
-            return gr.update(), gr.update(), gr.update()
-        return (wanted, *rehearsable_calls(ctx, wanted))
+            return gr.update(), gr.update(), gr.update(), gr.update()
+        return (wanted, run_id, *rehearsable_calls(ctx, wanted, run_id))
 
     if tab is not None:
-        tab.select(from_link, [episode], [episode, calls, status])
+        tab.select(from_link, [episode], [episode, run, calls, status])
     go.click(
-        lambda e, i, m, t: live_rehearse(ctx, client, e, i, m, t),
-        [episode, index, model, temperature],
+        lambda e, i, m, t, r: live_rehearse(ctx, client, e, i, m, t, r),
+        [episode, index, model, temperature, run],
         [live, stored, real, timing],
     )
-    _build_new_call(client, model, temperature)
+    _build_new_call(ctx, client, model, temperature)
 
 
-def _build_new_call(client: RehearseClient, model: gr.Dropdown, temperature: gr.Slider) -> None:
+def _build_new_call(
+    ctx: Studio, client: RehearseClient, model: gr.Dropdown, temperature: gr.Slider
+) -> None:
     """Second section: write a call on any task's initial state."""
     gr.Markdown(
         "### Rehearse a call you write\nPick a task (its initial state is shown), write a tool "
         "call, and compare the model's rehearsal with the real tool run on a fresh environment."
     )
     with gr.Row():
-        suite = gr.Dropdown(["toy", "bfcl-gen", "bfcl"], value="toy", label="suite")
+        suite = gr.Dropdown(SUITES, value="toy", label="suite")
         split = gr.Textbox("validation", label="split (bfcl: test or a category)")
         task_id = gr.Textbox("toy/s2-0", label="task id", elem_id="reh-task")
         show = gr.Button("Show task", elem_id="reh-show")
@@ -261,7 +280,7 @@ def _build_new_call(client: RehearseClient, model: gr.Dropdown, temperature: gr.
             real = gr.Markdown(elem_id="reh-new-real", container=True)
     show.click(task_state, [suite, split, task_id], [state])
     go.click(
-        lambda *args: rehearse_new_call(client, *args),
+        lambda *args: rehearse_new_call(ctx, client, *args),
         [suite, split, task_id, call, model, temperature],
         [live, real, timing],
     )
