@@ -6,6 +6,8 @@ Heavy libraries (torch, transformers) are imported inside commands, never at imp
 
 from __future__ import annotations
 
+import logging
+
 import typer
 
 from envace_engine.cli import data as _data
@@ -41,7 +43,13 @@ app.command("sweep")(_eval.sweep_command)
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point. The engine's INFO lines (which compute path the sampler
+    runs, and the like) go to stderr; libraries stay at their own levels."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    engine = logging.getLogger("envace_engine")
+    engine.addHandler(handler)
+    engine.setLevel(logging.INFO)
     app()
 
 
