@@ -59,3 +59,24 @@ def test_train_and_sft_bars_take_their_rate_from_the_metrics(tmp_path, monkeypat
     sft.close()
     rate = float(out.getvalue().rsplit("sft · ", 1)[1].split(" tok/s")[0])
     assert rate > 0
+
+
+def test_a_sweep_counts_the_tokens_of_every_checkpoint():
+    from types import SimpleNamespace
+
+    from envace_engine.cli.eval import CheckpointMeter
+
+    meter = CheckpointMeter()
+    assert isinstance(meter, TokenCounting) and meter.generated == 0
+    first, second = Counter(), Counter()
+    models = [SimpleNamespace(sampler=first), SimpleNamespace(sampler=object())]
+    models.append(SimpleNamespace(sampler=second))
+    seen = meter.follow(iter(models))
+    next(seen)
+    first.generated = 40
+    assert meter.generated == 40
+    next(seen)  # a sampler that does not count adds nothing
+    assert meter.generated == 40
+    next(seen)
+    second.generated = 2
+    assert meter.generated == 42

@@ -56,10 +56,14 @@ class WriterSinks:
             writer = RunWriter.create(
                 self.root, kind, model=model, suite=self.suite, config=dict(config), run_id=run_id
             )
-        from envace_engine.cli.train import tracked
+        from envace_engine.cli.train import ProgressSink, tracked
 
         with writer, tracked(writer, self.report_to, run_id, config) as sink:
-            yield sink
+            bar = ProgressSink(sink, run_id)  # steps of an arm (with tok/s), settings of an eval
+            try:
+                yield bar
+            finally:
+                bar.close()
 
 
 def _study_config(
