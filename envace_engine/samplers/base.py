@@ -90,7 +90,10 @@ class SessionSampler(Sampler, Protocol):
 class TokenCounting(Protocol):
     """A sampler that counts the tokens it has generated (progress bars show tok/s from it)."""
 
-    generated: int
+    @property
+    def generated(self) -> int:
+        """Tokens generated so far (read-only to its readers)."""
+        ...
 
 
 @runtime_checkable
