@@ -33,6 +33,8 @@ LIST_COLUMNS = [
 TOKEN_COLOURS = {
     "act (trained)": "#4caf50",
     "rehearse (trained)": "#ff9800",
+    "act (sampled, not trained)": "#c8e6c9",
+    "rehearse (sampled, not trained)": "#ffe0b2",
     "not trained": "#d0d0d0",
 }
 
@@ -161,8 +163,17 @@ def chat_messages(view: Any) -> list[dict[str, Any]]:
 
 
 def token_view(view: Any) -> list[tuple[str, str | None]]:
-    """(text, colour label) chunks: the agent context, then each rehearsal sequence."""
-    label = {"act": "act (trained)", "rehearse": "rehearse (trained)"}
+    """(text, colour label) chunks: the agent context, then each rehearsal sequence.
+
+    A role's sampled tokens are "trained" when the episode has an advantage for that role
+    (a training step used them); evaluations, and roles a mode freezes (the world role of
+    ``act-only`` and ``real-grpo``), show them as sampled, not trained.
+    """
+    trained = set(view.advantages or {})
+    label = {
+        role: f"{role} (trained)" if role in trained else f"{role} (sampled, not trained)"
+        for role in ("act", "rehearse")
+    }
     chunks: list[tuple[str, str | None]] = [
         (seg["text"], label.get(seg["role"], "not trained"))
         for seg in view.segments.to_dict("records")
@@ -175,7 +186,7 @@ def token_view(view: Any) -> list[tuple[str, str | None]]:
                 None,
             )
         )
-        chunks.append((reh["text"], "rehearse (trained)"))
+        chunks.append((reh["text"], label["rehearse"]))
     return chunks
 
 
