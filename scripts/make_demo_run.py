@@ -10,8 +10,10 @@ laptop shows real episodes at once. Nothing in the bundle is written by hand.
     python scripts/make_demo_run.py --quick         # tiny model, 1 step (checks the pipeline)
     python scripts/make_demo_run.py --from-run runs/runs/toy-envace   # bundle an existing run
 
-The bundled demo is the last form: the 30-step run of ``configs/toy-sft.toml`` followed by
-``configs/toy-envace.toml`` (SFT warm-up, then EnvACE on the toy warehouse world).
+The bundle committed today is the last form: a 30-step ``configs/toy-envace.toml`` run after a
+short SFT warm-up (a recipe since replaced by ``configs/study-sft.toml``);
+``scripts/make_demo_bundle.py`` replaces it with a slice of the reproduction study once that
+completes.
 """
 
 from __future__ import annotations
