@@ -45,10 +45,11 @@ app.command("sweep")(_eval.sweep_command)
 def main() -> None:
     """Console-script entry point. The engine's INFO lines (which compute path the sampler
     runs, and the like) go to stderr; libraries stay at their own levels."""
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
     engine = logging.getLogger("envace_engine")
-    engine.addHandler(handler)
+    if not engine.handlers:  # once per process, however often main() runs
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        engine.addHandler(handler)
     engine.setLevel(logging.INFO)
     app()
 

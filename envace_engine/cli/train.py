@@ -59,7 +59,7 @@ class ProgressSink:
         self.shown = ", ".join(picked)
         rate = self._metric_rate(metrics)
         if rate is not None:
-            self.bar.set_description_str(f"{self.desc} · {rate:.1f} tok/s", refresh=False)
+            self._show_rate(rate)
         self._postfix()
 
     def _metric_rate(self, metrics: Mapping[str, float]) -> float | None:
@@ -77,10 +77,12 @@ class ProgressSink:
         self.bar.n = done
         if self.meter is not None:
             seconds = max(time.perf_counter() - self.started[0], 1e-9)
-            rate = (self.meter.generated - self.started[1]) / seconds
-            self.bar.set_description_str(f"{self.desc} · {rate:.1f} tok/s", refresh=False)
+            self._show_rate((self.meter.generated - self.started[1]) / seconds)
         self.message = message
         self._postfix()
+
+    def _show_rate(self, rate: float) -> None:
+        self.bar.set_description_str(f"{self.desc} · {rate:.1f} tok/s", refresh=False)
 
     def _postfix(self) -> None:
         self.bar.set_postfix_str(", ".join(x for x in (self.message, self.shown) if x))

@@ -18,6 +18,7 @@ import pandas as pd
 
 from storage.search import ROLES as SEARCH_ROLES
 from studio.context import Studio
+from studio.pages.runs import run_choices
 
 PAGE_SIZE = 50
 LIST_COLUMNS = [
@@ -304,12 +305,6 @@ def search(
     return gr.update(value=table, visible=True), message
 
 
-def run_ids(ctx: Studio) -> list[str]:
-    """Run ids for the picker."""
-    df = ctx.store.runs()
-    return [] if df.empty else list(df["run_id"])
-
-
 def build(ctx: Studio, tab: gr.Tab, demo: gr.Blocks) -> None:
     """Lay out the page and wire its events (read-only: no user needed).
 
@@ -320,7 +315,7 @@ def build(ctx: Studio, tab: gr.Tab, demo: gr.Blocks) -> None:
     with gr.Row():
         # value=None: an empty picker tells the tab handler the page has not been filled yet
         run = gr.Dropdown(
-            run_ids(ctx), value=None, label="run", allow_custom_value=True, elem_id="insp-run"
+            run_choices(ctx), value=None, label="run", allow_custom_value=True, elem_id="insp-run"
         )
         step = gr.Textbox(label="step (empty = all)")
         task = gr.Textbox(label="task id")
@@ -417,7 +412,7 @@ def build(ctx: Studio, tab: gr.Tab, demo: gr.Blocks) -> None:
         if episode_id and not run_id:  # ids repeat across runs: &run= says which
             with contextlib.suppress(KeyError):  # an unknown id is reported by open_episode
                 run_id = ctx.store.episode(episode_id).episode["run_id"]
-        choices = run_ids(ctx)  # runs may have appeared since the app was built
+        choices = run_choices(ctx)  # runs may have appeared since the app was built
         run_id = run_id or next(iter(choices), None)
         listing = episode_list(ctx, run_id, "", "", "", 1)
         picker = gr.update(choices=choices, value=run_id)

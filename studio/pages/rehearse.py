@@ -16,12 +16,11 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
+from studio import forms
 from studio.context import Studio
 from studio.pages.inspector import response_text
 from studio.rehearse_worker import RehearseClient, RehearseError
 from studio.space import LimitError
-
-SUITES = ["toy", "bfcl-gen", "bfcl", "tau2-airline", "tau2-retail"]
 
 CALL_COLUMNS = [
     "call_index",
@@ -91,9 +90,7 @@ def live_rehearse(
         )
     except KeyError:
         return f"No episode `{episode_id}`.", "", "", ""
-    except LimitError as err:
-        return f"**Cannot rehearse:** {err}", "", "", ""
-    except RehearseError as err:
+    except (LimitError, RehearseError) as err:
         return f"**Cannot rehearse:** {err}", "", "", ""
     call = view.calls[view.calls["call_index"] == int(call_index)].iloc[0].to_dict()
     live = _live_text(answer)
@@ -261,7 +258,7 @@ def _build_new_call(
         "call, and compare the model's rehearsal with the real tool run on a fresh environment."
     )
     with gr.Row():
-        suite = gr.Dropdown(SUITES, value="toy", label="suite")
+        suite = gr.Dropdown(list(forms.SUITES), value="toy", label="suite")
         split = gr.Textbox("validation", label="split (bfcl: test or a category)")
         task_id = gr.Textbox("toy/s2-0", label="task id", elem_id="reh-task")
         show = gr.Button("Show task", elem_id="reh-show")
