@@ -24,6 +24,8 @@ from typing import Any, ClassVar, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 TrainMode = Literal["envace", "real-grpo", "act-only", "simulator"]
+# The embedded sampler's GEMM dtype (``samplers.embedded.sampler.compute_dtype``).
+SamplerDtype = Literal["auto", "float32", "bfloat16"]
 RewardKind = Literal["state", "reference", "judge"]
 
 
@@ -54,6 +56,18 @@ class RolloutSettings(Section):
     rehearse_history: bool = Field(True, description="conversation so far in rehearse prompts")
     n_examples: int = Field(2, ge=0, description="worked examples from other tasks per prompt")
     sampler_batch_size: int = Field(32, ge=1, description="prompts per HF forward batch")
+    sampler_dtype: SamplerDtype = Field(
+        "auto",
+        description="GEMM dtype of the embedded sampler: auto = bf16 where the CPU has a native "
+        "bf16 unit (AMX-BF16, AVX512-BF16), else float32",
+    )
+
+    # Keys that configure the sampler, not the episodes (``rollout.RolloutConfig`` has neither).
+    SAMPLER_KEYS: ClassVar[frozenset[str]] = frozenset({"sampler_batch_size", "sampler_dtype"})
+
+    def episode_settings(self) -> dict[str, Any]:
+        """The keys ``rollout.RolloutConfig`` takes (all but the sampler's)."""
+        return self.model_dump(exclude=set(self.SAMPLER_KEYS))
 
 
 ROLLOUT_DEFAULTS = RolloutSettings()
@@ -68,12 +82,12 @@ EVAL_BATCH_SIZE = 16
 """Prompts per forward batch of an evaluation's embedded sampler."""
 
 
-# The prompt settings a checkpoint was trained with (docs/training.md, "Prompt settings"): the
-# rollout must render prompts exactly as training did, so ``envace eval``, ``sweep``, ``train``
-# and ``study`` take these from a checkpoint unless told otherwise.
 # experiment trackers a run can also log its metrics to (``envace_engine.tracking``)
 ReportTo = Literal["none", "trackio", "wandb"]
 
+# The prompt settings a checkpoint was trained with (docs/training.md, "Prompt settings"): the
+# rollout must render prompts exactly as training did, so ``envace eval``, ``sweep``, ``train``
+# and ``study`` take these from a checkpoint unless told otherwise.
 PROMPT_KEYS = (
     "n_examples",
     "grounded_rehearsal",
@@ -243,6 +257,12 @@ class TrainConfig(Section):
             )
         if self.sampler is not None:
             _check_sampler(self.sampler)
+            if self.rollout.sampler_dtype != "auto":
+                raise ValueError(
+                    f"rollout.sampler_dtype = {self.rollout.sampler_dtype!r} applies to the "
+                    "embedded sampler; an SGLang server computes in the dtype it was started "
+                    "with (its --dtype): leave rollout.sampler_dtype unset"
+                )
         if self.group_size == 1:
             raise ValueError("group_size = 1 gives every row advantage 0: set group_size >= 2")
         return self

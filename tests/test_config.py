@@ -69,6 +69,11 @@ def test_bad_values_name_the_key_and_the_value() -> None:
         build(TrainConfig, {"reward": "judge"})
     with pytest.raises(ConfigError, match="sampler = 'sglang"):
         build(TrainConfig, {"model": "sglang+http://127.0.0.1:30000"})
+    with pytest.raises(ConfigError, match=r"rollout\.sampler_dtype"):
+        build(TrainConfig, {"rollout": {"sampler_dtype": "fp16"}})
+    with pytest.raises(ConfigError, match="its --dtype"):
+        server = "sglang+http://127.0.0.1:30000"
+        build(TrainConfig, {"sampler": server, "rollout": {"sampler_dtype": "float32"}})
 
 
 def test_file_errors(tmp_path: Path) -> None:

@@ -201,6 +201,10 @@ def test_cli_rejects_bad_settings_before_loading_a_model():
     assert result.exit_code == 2 and "unknown rehearsal mode 'diagonal'" in result.output
     result = runner.invoke(app, ["eval", "--model", "tiny", "--suite", "toy", "--split", "nope"])
     assert result.exit_code == 2 and "nope" in result.output
+    result = runner.invoke(app, ["eval", "--model", "tiny", "--suite", "toy", "--dtype", "fp16"])
+    assert result.exit_code == 2 and "'fp16' is not one of 'auto', 'float32', 'bfloat16'" in (
+        result.output
+    )
 
 
 def test_cli_eval_writes_a_run(tmp_path):
@@ -231,6 +235,8 @@ def test_cli_eval_writes_a_run(tmp_path):
         "4",
         "--examples",
         "0",
+        "--dtype",
+        "float32",
         "--run-dir",
         str(tmp_path / "runs" / "eval-cli"),
     ]
@@ -242,3 +248,4 @@ def test_cli_eval_writes_a_run(tmp_path):
         assert metrics.loc[0, "eval/repeats"] == 2.0 and metrics.loc[0, "eval/budget"] == 1.0
         episodes = store.episodes(run_id="eval-cli")
         assert sorted(episodes["mode"]) == ["real", "real", "rehearsal", "rehearsal"]
+        assert store.run("eval-cli").manifest.config["dtype"] == "float32"

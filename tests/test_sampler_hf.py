@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from envace_engine.models import resolve
+from envace_engine.models import ModelError, resolve
 from envace_engine.samplers import make_sampler
 from envace_engine.samplers.base import Generation, Sampler, SamplingParams
 from envace_engine.samplers.embedded.sampler import HFSampler, shared_prefix_len
@@ -211,6 +211,10 @@ def test_make_sampler_builds_each_kind(tiny_model, tokenizer):
     assert isinstance(remote, SGLangSampler)
     assert remote.urls == ("http://127.0.0.1:1", "http://127.0.0.1:2")
     remote.close()
+    fp32 = make_sampler(resolve("tiny"), model=tiny_model, tokenizer=tokenizer, dtype="float32")
+    assert fp32.compute_dtype == "float32"
+    with pytest.raises(ModelError, match="started with"):  # a server's dtype is its own
+        make_sampler(resolve("sglang+http://127.0.0.1:1"), dtype="float32")
 
 
 @pytest.mark.slow

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
+from envace_engine.cli.models import DtypeOpt
 from envace_engine.cli.users import (
     BasisOpt,
     JudgeOpt,
@@ -23,7 +24,7 @@ from envace_engine.cli.users import (
     UserTempOpt,
     UserTokensOpt,
 )
-from envace_engine.config import EVAL_BATCH_SIZE, EVAL_TEMPERATURE, ReportTo
+from envace_engine.config import EVAL_BATCH_SIZE, EVAL_TEMPERATURE, ReportTo, SamplerDtype
 from envace_engine.config import ROLLOUT_DEFAULTS as _D
 from envace_engine.samplers.base import TokenCounting
 from envace_engine.testtime.memory import MemoryConfig
@@ -127,17 +128,21 @@ class CheckpointMeter:
             yield checkpoint
 
 
-def _checkpoints(models: Sequence[str], batch_size: int) -> Iterator[Any]:
-    """Load each model when its turn comes (one in memory at a time)."""
-    from envace_engine.models import load_tokenizer, resolve
+def _checkpoints(models: Sequence[str], batch_size: int, dtype: SamplerDtype) -> Iterator[Any]:
+    """Load each model when its turn comes (one in memory at a time); ``batch_size`` and
+    ``dtype`` configure embedded samplers."""
+    from envace_engine.models import ModelError, load_tokenizer, resolve
     from envace_engine.samplers import make_sampler
     from envace_engine.testtime.evaluate import Checkpoint
 
     for name in models:
         spec = resolve(name)
         tokenizer = load_tokenizer(spec)
-        options: dict[str, Any] = {"batch_size": batch_size} if spec.kind == "hf" else {}
-        yield Checkpoint(name, make_sampler(spec, tokenizer=tokenizer, **options), tokenizer)
+        try:
+            sampler = make_sampler(spec, tokenizer=tokenizer, batch_size=batch_size, dtype=dtype)
+        except ModelError as err:
+            raise typer.BadParameter(str(err), param_hint="--dtype") from err
+        yield Checkpoint(name, sampler, tokenizer)
 
 
 def open_writer(
@@ -324,6 +329,7 @@ def eval_command(
     examples: ExamplesOpt = None,
     success_threshold: ThresholdOpt = 1.0,
     batch_size: BatchOpt = EVAL_BATCH_SIZE,
+    dtype: DtypeOpt = "auto",
     root: RootOpt = None,
     run_dir: RunDirOpt = None,
     basis: BasisOpt = None,
@@ -344,7 +350,7 @@ def eval_command(
         raise typer.BadParameter("eval takes one --model (use `envace sweep` for several)")
     opts = prompt_options(model, _recorded(locals()))
     job = _prepare(suite, split, n_tasks, opts)
-    (checkpoint,) = _checkpoints(model, batch_size)
+    (checkpoint,) = _checkpoints(model, batch_size, dtype)
     job = with_user(job, opts, model[0], checkpoint, batch_size)
     writer = open_writer(root, run_dir, "eval", model[0], suite, job.record)
     with writer, tracked(writer, report_to, writer.run_id, job.record) as inner:
@@ -395,6 +401,7 @@ def sweep_command(
     examples: ExamplesOpt = None,
     success_threshold: ThresholdOpt = 1.0,
     batch_size: BatchOpt = EVAL_BATCH_SIZE,
+    dtype: DtypeOpt = "auto",
     root: RootOpt = None,
     run_dir: RunDirOpt = None,
     report_to: ReportOpt = "none",
@@ -421,7 +428,7 @@ def sweep_command(
             points = run_sweep(
                 job.tasks,
                 job.suite,
-                meter.follow(_checkpoints(model, batch_size)),
+                meter.follow(_checkpoints(model, batch_size, dtype)),
                 job.rollout,
                 job.config,
                 settings,
@@ -457,5 +464,6 @@ _RECORDED = frozenset(
         "max_steps",
         "user_max_new_tokens",
         "user_temperature",
+        "dtype",
     }
 )

@@ -3,9 +3,20 @@
 from __future__ import annotations
 
 import time
-from typing import cast
+from typing import Annotated, cast
 
 import typer
+
+from envace_engine.config import SamplerDtype
+
+# ``--dtype`` of the commands that sample (eval, sweep, rollout): the embedded sampler's GEMMs.
+DtypeOpt = Annotated[
+    SamplerDtype,
+    typer.Option(
+        "--dtype",
+        help="embedded sampler's GEMM dtype: auto = bf16 where the CPU has a native bf16 unit",
+    ),
+]
 
 app = typer.Typer(help="Models: the registry and a smoke test.", no_args_is_help=True)
 

@@ -18,7 +18,9 @@ from typing import Annotated, Any
 
 import typer
 
+from envace_engine.cli.models import DtypeOpt
 from envace_engine.config import ROLLOUT_DEFAULTS as _D
+from envace_engine.config import SamplerDtype
 from envace_engine.environments.base import Suite
 from envace_engine.samplers.base import Sampler, TokenCounting
 from envace_engine.types import Episode, MetaKey, Mode, Role, Task
@@ -105,6 +107,7 @@ def rollout_command(
         bool, typer.Option(help="reference results in the rehearse prompt")
     ] = _D.grounded_rehearsal,
     show: Annotated[int, typer.Option(min=0, help="transcripts to print")] = 4,
+    dtype: DtypeOpt = "auto",
 ) -> None:
     """Run episodes, print transcripts and a summary; write JSON Lines and/or a stored run."""
     from envace_engine.cli.train import ProgressSink
@@ -118,7 +121,7 @@ def rollout_command(
     if (mode is Mode.SIMULATOR) != (simulator is not None):
         raise typer.BadParameter("--simulator MODEL is needed in simulator mode, and only there")
     task_suite, pool, tasks = _pick_tasks(suite, split, episodes // group, seed)
-    tokenizer, policy, sim_tokenizer, sim_sampler = _load_samplers(model, simulator)
+    tokenizer, policy, sim_tokenizer, sim_sampler = _load_samplers(model, simulator, dtype)
     config = RolloutConfig(
         mode=mode,
         max_turns=max_turns,
@@ -189,19 +192,23 @@ def _pick_tasks(
     return task_suite, pool, random.Random(seed).sample(pool, n_tasks)
 
 
-def _load_samplers(model: str, simulator: str | None) -> tuple[Any, Sampler, Any, Sampler | None]:
-    """Policy tokenizer and sampler, and the simulator's (or None, None)."""
+def _load_samplers(
+    model: str, simulator: str | None, dtype: SamplerDtype
+) -> tuple[Any, Sampler, Any, Sampler | None]:
+    """Policy tokenizer and sampler, and the simulator's (or None, None); ``dtype`` is both
+    embedded samplers' GEMM dtype."""
     from envace_engine.models import ModelError, load_tokenizer, resolve
     from envace_engine.samplers import make_sampler
 
     try:
         spec = resolve(model)
         tokenizer = load_tokenizer(spec)
-        policy = make_sampler(spec, tokenizer=tokenizer)
+        policy = make_sampler(spec, tokenizer=tokenizer, dtype=dtype)
         if simulator is None:
             return tokenizer, policy, None, None
         sim_spec = resolve(simulator)
         sim_tokenizer = load_tokenizer(sim_spec)
-        return tokenizer, policy, sim_tokenizer, make_sampler(sim_spec, tokenizer=sim_tokenizer)
+        sim = make_sampler(sim_spec, tokenizer=sim_tokenizer, dtype=dtype)
+        return tokenizer, policy, sim_tokenizer, sim
     except ModelError as err:
         raise typer.BadParameter(str(err)) from err

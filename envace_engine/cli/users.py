@@ -64,8 +64,7 @@ def make_user(spec: str, model: str, checkpoint: Any, batch_size: int, opts: dic
 
         resolved = resolve(spec)
         tokenizer = load_tokenizer(resolved)
-        options: dict[str, Any] = {"batch_size": batch_size} if resolved.kind == "hf" else {}
-        sampler = make_sampler(resolved, tokenizer=tokenizer, **options)
+        sampler = make_sampler(resolved, tokenizer=tokenizer, batch_size=batch_size)
     return SamplerUser(sampler, tokenizer, max_new_tokens, temperature, seed=opts["seed"])
 
 

@@ -249,7 +249,7 @@ def make_plan(config: StudyConfig) -> EvalPlan:
     ]
     if not filtered:
         raise ValueError(f"no {config.suite}/{e.split} task matches the study's task_filter")
-    rollout = config.arm_config("envace", "plan").rollout.model_dump(exclude={"sampler_batch_size"})
+    rollout = config.arm_config("envace", "plan").rollout.episode_settings()
     rollout["temperature"] = e.temperature
     return EvalPlan(
         suite=suite,
@@ -274,5 +274,8 @@ def load_policy(name: str, model: str, config: StudyConfig) -> Policy:
     if spec.kind != "hf":
         return Policy(name, make_sampler(spec, tokenizer=tokenizer), tokenizer, None)
     hf = load_model(spec)
-    sampler = make_sampler(spec, model=hf, tokenizer=tokenizer, batch_size=STUDY_EVAL_SLOTS)
+    dtype = config.train.rollout.sampler_dtype  # evaluations sample as the arms did
+    sampler = make_sampler(
+        spec, model=hf, tokenizer=tokenizer, batch_size=STUDY_EVAL_SLOTS, dtype=dtype
+    )
     return Policy(name, sampler, tokenizer, hf)

@@ -67,7 +67,7 @@ def run_probe(
 ) -> dict[str, float]:
     """All ``heldout/*`` metrics of one probe (see the module docstring)."""
     p = config.probe
-    r = config.rollout.model_dump(exclude={"sampler_batch_size"})
+    r = config.rollout.episode_settings()
     r.update(temperature=p.temperature, grounded_rehearsal=False)
     real_cfg = RolloutConfig(mode=Mode.REAL, seed=derive_seed(config.seed, "probe", step, 0), **r)
     imag_cfg = dataclasses.replace(

@@ -175,16 +175,16 @@ def setup(config: TrainConfig) -> Parts:
     optimizer = torch.optim.AdamW(
         trained.parameters(), lr=o.lr, betas=o.betas, weight_decay=o.weight_decay, eps=o.eps
     )
+    r = config.rollout
+    embedded: dict[str, Any] = {"batch_size": r.sampler_batch_size, "dtype": r.sampler_dtype}
     if config.sampler:  # rollouts on SGLang servers; weights reach them through the disk
         sampler = server_sampler(config.sampler)
     else:  # in process: the sampler holds the same model object, so it is always current
-        batch = config.rollout.sampler_batch_size
-        sampler = make_sampler(spec, model=model, tokenizer=tokenizer, batch_size=batch)
+        sampler = make_sampler(spec, model=model, tokenizer=tokenizer, **embedded)
     simulator = None
     if config.mode == "simulator":  # the frozen starting policy answers the tools
         frozen = load_model(spec).requires_grad_(False)
-        batch = config.rollout.sampler_batch_size
-        simulator = make_sampler(spec, model=frozen, tokenizer=tokenizer, batch_size=batch)
+        simulator = make_sampler(spec, model=frozen, tokenizer=tokenizer, **embedded)
     suite = get_suite(config.suite)
     judge = JudgeConfig(url=config.judge_url) if config.judge_url else None
     return Parts(
@@ -257,7 +257,7 @@ def rollout_config(
 
     ``simulator``: the frozen sampler that answers tool calls in ``simulator`` mode.
     """
-    r = config.rollout.model_dump(exclude={"sampler_batch_size"})
+    r = config.rollout.episode_settings()
     seed = derive_seed(config.seed, "rollout", step, rank)
     mode = ROLLOUT_MODE[config.mode]
     if mode is Mode.SIMULATOR and simulator is None:
