@@ -1,0 +1,159 @@
+"""Seconds per step of one study arm: bf16 (sampler GEMMs and trainer autocast) vs fp32.
+
+The workload is the arm as ``envace study`` trains it: ``--config`` (default
+``configs/study-toy.toml``, whose SFT checkpoint must exist) and ``--arm`` (default ``envace``)
+give the ``TrainConfig`` through ``StudyConfig.arm_config``, with the held-out probes off. Two
+variants, each in its own fresh subprocess so neither inherits the other's heap or oneDNN
+caches, alternating order round by round:
+
+* ``bf16`` — the study's settings: ``[rollout] sampler_dtype = "auto"`` (bf16 GEMMs where the
+  CPU has a native bf16 unit) and ``bf16 = true`` (autocast, fp32 master weights and AdamW);
+* ``fp32`` — ``sampler_dtype = "float32"`` and ``bf16 = false``: the engine before bf16.
+
+Both start from the same checkpoint with the same seeds and tasks, so they roll out the same
+prompts; the sampled continuations differ only through numerics, and the JSON reports each
+variant's sampled tokens per second beside its step time so a difference in lengths shows.
+
+Prints one JSON object as the last line: medians over every step of every round of
+``step_s``, ``rollout_s`` and ``train_s`` per variant, ``ratio`` = bf16 / fp32 median step
+time (< 1: bf16 is faster), ``rollout_ratio`` and ``train_ratio`` the same for the two parts,
+each variant's peak RSS (``ru_maxrss`` of its child) and its ``compute_dtype``. ``--quick``:
+the ``tiny`` model, 2 tasks x group 2, short replies, 1 step, 1 round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.record import add_record_flag, record
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+VARIANTS = {
+    "bf16": {"bf16": True, "rollout": {"sampler_dtype": "auto"}},
+    "fp32": {"bf16": False, "rollout": {"sampler_dtype": "float32"}},
+}
+QUICK = {
+    "model": "tiny",
+    "tasks_per_step": 2,
+    "group_size": 2,
+    "rollout": {"max_turns": 1, "max_new_tokens_act": 8, "max_new_tokens_rehearse": 8},
+}
+PERF = ("perf/step_s", "perf/rollout_s", "perf/train_s", "perf/tokens_per_s")
+
+
+def _merge(base: dict, extra: dict) -> dict:
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = {**out.get(key, {}), **value} if isinstance(value, dict) else value
+    return out
+
+
+def _arm_config(args: argparse.Namespace, variant: str):
+    """The arm's ``TrainConfig`` with the variant's dtypes (probes off, no checkpoints kept)."""
+    from envace_engine.config import TrainConfig, load
+    from envace_engine.study.config import StudyConfig
+
+    study = load(StudyConfig, args.config)
+    data = study.arm_config(args.arm, f"bench-{variant}").model_dump(mode="json")
+    data = _merge(data, {"steps": args.steps, "probe": {"every": 0}, "report_to": "none"})
+    data["checkpoint_every"] = args.steps + 1  # only the run's end writes one (outside a step)
+    if args.quick:
+        data = _merge(data, QUICK)
+    return TrainConfig.model_validate(_merge(data, VARIANTS[variant]))
+
+
+def _child(args: argparse.Namespace) -> dict:
+    """Train ``args.steps`` steps of one variant; its per-step perf metrics and peak RSS."""
+    from envace_engine.samplers.embedded.sampler import HFSampler
+    from envace_engine.sink import JsonlSink
+    from envace_engine.training.trainer import run as train_run
+    from envace_engine.training.trainer import setup
+
+    config = _arm_config(args, args.child)
+    with tempfile.TemporaryDirectory() as tmp:
+        parts = setup(config)
+        assert isinstance(parts.sampler, HFSampler), "the bench times the embedded sampler"
+        sink = JsonlSink(Path(tmp) / "out")
+        started = time.perf_counter()
+        train_run(parts, Path(tmp) / "run", sink)
+        wall = time.perf_counter() - started
+        steps = [json.loads(line) for line in sink.metrics_path.read_text().splitlines()]
+    return {
+        "variant": args.child,
+        "compute_dtype": parts.sampler.compute_dtype,
+        "steps": [{k: round(s[k], 3) for k in PERF if k in s} for s in steps],
+        "wall_s": round(wall, 2),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
+
+
+def _run_child(variant: str, args: argparse.Namespace) -> dict:
+    flags = [f"--config={args.config}", f"--arm={args.arm}", f"--steps={args.steps}"]
+    cmd = [sys.executable, __file__, "--child", variant, *flags, *(["--quick"] * args.quick)]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{variant} child failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def summarize(runs: list[dict]) -> dict:
+    """Per-variant medians over every step of every round, and the bf16 / fp32 ratios."""
+    out: dict = {}
+    for variant in VARIANTS:
+        mine = [r for r in runs if r["variant"] == variant]
+        for key in PERF:
+            values = [s[key] for r in mine for s in r["steps"] if key in s]
+            out[f"{variant}_{key.split('/')[1]}"] = round(statistics.median(values), 3)
+        out[f"{variant}_peak_rss_mb"] = max(r["peak_rss_mb"] for r in mine)
+        out[f"{variant}_compute_dtype"] = mine[0]["compute_dtype"]
+    out["ratio"] = round(out["bf16_step_s"] / out["fp32_step_s"], 3)
+    out["rollout_ratio"] = round(out["bf16_rollout_s"] / out["fp32_rollout_s"], 3)
+    out["train_ratio"] = round(out["bf16_train_s"] / out["fp32_train_s"], 3)
+    out["rss_ratio"] = round(out["bf16_peak_rss_mb"] / out["fp32_peak_rss_mb"], 3)
+    return out
+
+
+def main() -> None:
+    """Parse flags, run the variants alternating in fresh subprocesses, print the JSON last."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny model, 1 step, 1 round")
+    parser.add_argument("--config", default="configs/study-toy.toml", help="study config")
+    parser.add_argument("--arm", default="envace", help="the arm whose step is timed")
+    parser.add_argument("--steps", type=int, default=3, help="steps per child")
+    parser.add_argument("--rounds", type=int, default=1, help="bf16/fp32 pairs, order alternating")
+    parser.add_argument("--child", choices=sorted(VARIANTS), help=argparse.SUPPRESS)
+    add_record_flag(parser)
+    args = parser.parse_args()
+    if args.quick:
+        args.steps, args.rounds = 1, 1
+    if args.child:
+        print(json.dumps(_child(args)))
+        return
+    runs = []
+    for round_ in range(args.rounds):
+        order = list(VARIANTS) if round_ % 2 == 0 else list(VARIANTS)[::-1]
+        for variant in order:
+            runs.append({**_run_child(variant, args), "round": round_})
+            print(json.dumps(runs[-1]), file=sys.stderr)
+    summary = {"config": args.config, "arm": args.arm, "steps": args.steps, "quick": args.quick}
+    summary.update(summarize(runs), runs=runs)
+    if args.record:
+        record(__file__, summary)
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
