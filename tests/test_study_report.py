@@ -71,6 +71,7 @@ def test_study_page_reads_the_report(report, tmp_path: Path):
         assert study.study_runs(ctx) == ["study-demo"]
         summary, table, world, _chart = study.show(ctx, "study-demo", "held-out fidelity exact")
         assert "**met**" in summary and "(e) target" in summary
+        assert "Measured cost so far: 0.00 h." in summary
         assert len(table) == 10 and set(table["checkpoint"]) == set(report["arms"]) | {"sft"}
         assert list(world["checkpoint"])[:2] == ["sft", "envace"]
         frame = study.curve_frame(report, "heldout/fidelity_exact")
@@ -79,3 +80,19 @@ def test_study_page_reads_the_report(report, tmp_path: Path):
         assert "no report yet" in study.header(None, "other")
     finally:
         ctx.store.close()
+
+
+def test_costs_by_hand():
+    config = build(StudyConfig, {"model": "tiny", "eval": {"bootstrap": 300}})
+    state = study_state(config)
+    state.arms["envace"].seconds = 30.0  # a killed process lost the rest of its wall time
+    for step, seconds in (("0", 10.0), ("10", 20.0), ("20", 30.0)):
+        state.curves["envace"][step]["perf/step_s"] = seconds
+    costs = build_report(config, state)["costs"]
+    assert costs["arms"]["envace"] == {"wall_s": 30.0, "steps_s": 60.0, "median_step_s": 20.0}
+    assert costs["arms"]["real-grpo"]["median_step_s"] is None
+    assert costs["evals_s"]["sft"] == 3.0  # two settings of 1 s and the world evaluation's 1 s
+    assert costs["total_h"] == pytest.approx((60.0 + 5 * 3.0) / 3600)
+    text = markdown(build_report(config, state))
+    assert "| envace | done | 40 | 0.5 | 1.0 | 20.0 |  |" in text
+    assert "Evaluation minutes per checkpoint: sft 0.1" in text

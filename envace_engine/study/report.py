@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +111,26 @@ class Builder:
                 ).as_dict()
             rows.append(row)
         return rows
+
+    def costs(self) -> dict[str, Any]:
+        """What the study cost: per arm the banked wall time and its steps' own times (the
+        per-step figures survive a killed process, whose unbanked wall time is lost), per
+        checkpoint the evaluation's wall time, and the total in hours."""
+        arms = {}
+        for name, arm in self.state.arms.items():
+            points = self.state.curves.get(name, {}).values()
+            steps = [p["perf/step_s"] for p in points if "perf/step_s" in p]
+            arms[name] = {
+                "wall_s": arm.seconds,
+                "steps_s": sum(steps),
+                "median_step_s": statistics.median(steps) if steps else None,
+            }
+        evals = {}
+        for name, record in self.state.evals.items():
+            fid = record.fidelity.wall_s if record.fidelity is not None else 0.0
+            evals[name] = sum(r.wall_s for r in record.settings.values()) + fid
+        total = sum(max(a["wall_s"], a["steps_s"]) for a in arms.values()) + sum(evals.values())
+        return {"arms": arms, "evals_s": evals, "total_h": total / 3600}
 
     def verdicts(self) -> list[dict[str, Any]]:
         """One verdict per claim (a)–(e) of docs/study.md."""
@@ -286,6 +307,7 @@ def build_report(config: StudyConfig, state: StudyState) -> dict[str, Any]:
         "table": b.table(),
         "world": b.world(),
         "curves": state.curves,
+        "costs": b.costs(),
         "verdicts": b.verdicts(),
         "rules": {
             "at_least": f"mean ≥ 0 and 95 % CI above −{MARGIN}",
@@ -348,16 +370,31 @@ def markdown(report: dict[str, Any]) -> str:
             f"{fmt(w['real_nll'])} | {_ci(w.get('real_success'))} | "
             f"{_ci(w['rehearsed_success'])} | {_ci(w.get('gap'))} |"
         )
-    lines += [
+    return "\n".join(lines + _cost_lines(report)) + "\n"
+
+
+def _cost_lines(report: dict[str, Any]) -> list[str]:
+    """The arms table (status, steps, what they cost) and the evaluations' wall times."""
+    costs = report["costs"]
+    lines = [
         "",
-        "## Arms",
+        "## Arms and cost",
         "",
-        "| arm | status | steps | minutes | reason |",
-        "|---|---|---|---|---|",
+        "| arm | status | steps | wall min | Σ step min | median s/step | reason |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name, a in report["arms"].items():
-        minutes = a["seconds"] / 60
+        c = costs["arms"].get(name, {})
+        median = c.get("median_step_s")
         lines.append(
-            f"| {name} | {a['status']} | {a['steps_done']} | {minutes:.1f} | {a['reason']} |"
+            f"| {name} | {a['status']} | {a['steps_done']} | {a['seconds'] / 60:.1f} | "
+            f"{c.get('steps_s', 0.0) / 60:.1f} | {'n/a' if median is None else f'{median:.1f}'} "
+            f"| {a['reason']} |"
         )
-    return "\n".join(lines) + "\n"
+    evals = ", ".join(f"{k} {v / 60:.1f}" for k, v in costs["evals_s"].items())
+    lines += [
+        "",
+        f"Evaluation minutes per checkpoint: {evals or 'none yet'}. Total so far: "
+        f"{costs['total_h']:.2f} h (per arm the larger of wall and Σ step time).",
+    ]
+    return lines

@@ -77,6 +77,8 @@ def header(report: dict[str, Any] | None, run_id: str | None) -> str:
     failed = [f"`{a}`: {s['reason']}" for a, s in report["arms"].items() if s["status"] == "failed"]
     if failed:
         lines += ["", "Failed arms: " + "; ".join(failed)]
+    if "costs" in report:  # reports written before costs were recorded lack it
+        lines += ["", f"Measured cost so far: {report['costs']['total_h']:.2f} h."]
     return "\n".join(lines)
 
 
