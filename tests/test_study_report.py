@@ -78,6 +78,10 @@ def test_study_page_reads_the_report(report, tmp_path: Path):
         envace = frame[frame["arm"] == "envace"].sort_values("step")
         assert envace["value"].tolist() == [0.3, 0.3, 0.3]
         assert "no report yet" in study.header(None, "other")
+        make_study(tmp_path, "study-later")  # started after the page loaded
+        menu, summary, *_ = study.refresh(ctx, "study-demo", "held-out fidelity exact")
+        assert set(menu["choices"]) == {"study-demo", "study-later"}
+        assert menu["value"] == "study-demo" and "study-demo" in summary
     finally:
         ctx.store.close()
 

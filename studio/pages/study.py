@@ -159,6 +159,14 @@ def show(ctx: Studio, run_id: str | None, label: str) -> tuple[str, Any, Any, An
     return header(report, run_id), table_frame(report), world_frame(report), chart
 
 
+def refresh(ctx: Studio, run_id: str | None, label: str) -> tuple[Any, ...]:
+    """The page when its tab is shown: the study menu lists studies started since the page
+    loaded, and the shown study is drawn again (its report grows as arms and evaluations end)."""
+    fresh = study_runs(ctx)
+    chosen = run_id or (fresh[0] if fresh else None)
+    return (gr.update(choices=fresh, value=chosen), *show(ctx, chosen, label))
+
+
 def build(ctx: Studio, tab: gr.Tab, demo: gr.Blocks) -> None:
     """Lay out the study page and wire it (``demo``: for the ``?study=`` deep link on load)."""
     runs = study_runs(ctx)
@@ -183,7 +191,7 @@ def build(ctx: Studio, tab: gr.Tab, demo: gr.Blocks) -> None:
     # .input: a user's pick; the load's own update of the menu must not draw the page again
     pick.input(lambda r, c: show(ctx, r, c), [pick, curve], outputs)
     curve.input(lambda r, c: show(ctx, r, c), [pick, curve], outputs)
-    tab.select(lambda r, c: show(ctx, r, c), [pick, curve], outputs)
+    tab.select(lambda r, c: refresh(ctx, r, c), [pick, curve], [pick, *outputs])
 
     def deep_link(c: str, request: gr.Request) -> tuple[Any, ...]:
         params = request.query_params if request is not None else {}
