@@ -29,6 +29,14 @@ app = typer.Typer(
 ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="study TOML config")]
 ResumeOpt = Annotated[str | None, typer.Option("--resume", help="study run id or dir to continue")]
 SetOpt = Annotated[list[str] | None, typer.Option("--set", help="override one key (repeatable)")]
+RedoOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--redo",
+        help="with --resume: train this arm again from the start in a new run, its earlier "
+        "run kept (repeatable)",
+    ),
+]
 
 
 class WriterSinks:
@@ -99,6 +107,7 @@ def study(
     config: ConfigOpt = None,
     resume: ResumeOpt = None,
     overrides: SetOpt = None,
+    redo: RedoOpt = None,
 ) -> None:
     """Run (or --resume) the study of a config; see `envace study report` for its report."""
     if ctx.invoked_subcommand is not None:
@@ -110,6 +119,14 @@ def study(
         cfg, folder = _study_config(config, resume, overrides or [])
     except (ConfigError, ValueError) as err:
         raise typer.BadParameter(str(err), param_hint="--config/--resume/--set") from err
+    unknown = [a for a in redo or [] if a not in cfg.arms]
+    if redo and folder is None:
+        raise typer.BadParameter("--redo ARM continues a study: pass --resume RUN with it")
+    if unknown:
+        raise typer.BadParameter(
+            f"{', '.join(unknown)}: not an arm of this study (its arms: {', '.join(cfg.arms)})",
+            param_hint="--redo",
+        )
     root = data_root(cfg.root)
     if folder is None:
         writer = RunWriter.create(
@@ -128,7 +145,11 @@ def study(
         writer.progress(0, 1, message)
 
     with writer:
-        run_study(cfg, writer.path, WriterSinks(root, cfg.suite, cfg.report_to), log)
+        sinks = WriterSinks(root, cfg.suite, cfg.report_to)
+        try:
+            run_study(cfg, writer.path, sinks, log, redo=redo or ())
+        except ValueError as err:  # an arm to redo that never ran
+            raise typer.BadParameter(str(err), param_hint="--redo") from err
     typer.echo(f"study {writer.run_id}: report in {writer.path}/report.md")
 
 

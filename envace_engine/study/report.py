@@ -391,6 +391,13 @@ def _cost_lines(report: dict[str, Any]) -> list[str]:
             f"{c.get('steps_s', 0.0) / 60:.1f} | {'n/a' if median is None else f'{median:.1f}'} "
             f"| {a['reason']} |"
         )
+    redone = [
+        f"`{k}` (earlier: {', '.join(a['retired'])})"
+        for k, a in report["arms"].items()
+        if a.get("retired")
+    ]
+    if redone:
+        lines += ["", "Redone from the start in a new run: " + "; ".join(redone) + "."]
     evals = ", ".join(f"{k} {v / 60:.1f}" for k, v in costs["evals_s"].items())
     lines += [
         "",

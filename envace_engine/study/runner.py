@@ -120,14 +120,25 @@ class CurveSink:
 
 
 def run_study(
-    config: StudyConfig, study_dir: Path, sinks: RunSinks, log: Callable[[str], None]
+    config: StudyConfig,
+    study_dir: Path,
+    sinks: RunSinks,
+    log: Callable[[str], None],
+    redo: Sequence[str] = (),
 ) -> StudyState:
-    """Run (or continue) the study stored in ``study_dir``; return its final state."""
+    """Run (or continue) the study stored in ``study_dir``; return its final state.
+
+    ``redo``: arms to train again from the start in new runs (``StudyState.redo``)."""
     from envace_engine.models import resolve
 
     resolve(config.model)  # a missing SFT checkpoint fails here, naming the path
     study_id = Path(study_dir).name
     state = StudyState.load(study_dir) or StudyState(study_id)
+    for arm in redo:
+        if arm not in config.arms:
+            raise ValueError(f"redo {arm!r}: not an arm of this study ({', '.join(config.arms)})")
+        fresh = state.redo(arm)
+        log(f"arm {arm}: redone in run {fresh.run_id} (kept: {', '.join(fresh.retired)})")
     for arm in config.arms:
         state.arms.setdefault(arm, ArmState(run_id=f"{study_id}--{arm}"))
 
@@ -211,8 +222,9 @@ def evaluate_all(
     """Evaluate every checkpoint at every setting, then in its rehearsed world (resumable)."""
     plan = make_plan(config)
     for name, model in checkpoints(config, state):
+        suffix = _redo_suffix(state, name)
         record = state.evals.setdefault(
-            name, CheckpointEval(model, f"{state.study_id}--eval-{name}")
+            name, CheckpointEval(model, f"{state.study_id}--eval-{name}{suffix}")
         )
         if len(record.settings) == len(plan.settings) and record.fidelity is not None:
             continue
@@ -231,11 +243,17 @@ def evaluate_all(
         with sinks.open(record.run_id, "sweep", model, meta) as sink:
             evaluate_settings(policy, here, sink, list(record.settings), keep)
         if record.fidelity is None:
-            fid_id = f"{state.study_id}--fidelity-{name}"
+            fid_id = f"{state.study_id}--fidelity-{name}{suffix}"
             with sinks.open(fid_id, "eval", model, meta) as sink:
                 record.fidelity = evaluate_fidelity(policy, here, sink)
         publish()
         del policy
+
+
+def _redo_suffix(state: StudyState, name: str) -> str:
+    """``-rN`` for a redone arm (its evaluation runs are new runs too), else ``""``."""
+    arm = state.arms.get(name)
+    return arm.run_id.removeprefix(f"{state.study_id}--{name}") if arm is not None else ""
 
 
 def make_plan(config: StudyConfig) -> EvalPlan:

@@ -30,6 +30,7 @@ class ArmState:
     checkpoint: str = ""  # the model dir of its last checkpoint, once done
     reason: str = ""
     seconds: float = 0.0  # wall time spent training it (all sessions together)
+    retired: list[str] = field(default_factory=list)  # earlier runs of this arm (``redo``)
 
 
 @dataclass
@@ -82,6 +83,21 @@ class StudyState:
     curves: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)  # arm/step/name
     evals: dict[str, CheckpointEval] = field(default_factory=dict)
     status: str = "running"
+
+    def redo(self, arm: str) -> ArmState:
+        """Start ``arm`` again in a new run, from the start: its curves and its evaluation go,
+        its earlier runs stay on disk, untouched, and are listed in ``retired`` (e.g. the arm
+        ran under an engine version the other arms did not)."""
+        old = self.arms.get(arm)
+        if old is None or (old.status == "pending" and not old.steps_done):
+            raise ValueError(f"arm {arm!r} has not run in study {self.study_id}: nothing to redo")
+        retired = [*old.retired, old.run_id]
+        run_id = f"{self.study_id}--{arm}-r{len(retired) + 1}"
+        self.arms[arm] = ArmState(run_id=run_id, retired=retired)
+        self.curves.pop(arm, None)
+        self.evals.pop(arm, None)
+        self.status = "running"
+        return self.arms[arm]
 
     def save(self, folder: Path) -> None:
         """Write ``study.json`` to a temporary sibling, then rename (never half a file)."""

@@ -1,0 +1,57 @@
+"""Redoing a study arm: a new run from the start, the earlier run kept and listed."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from envace_engine.cli import app
+from envace_engine.config import build
+from envace_engine.study.config import StudyConfig
+from envace_engine.study.report import build_report, markdown
+from envace_engine.study.runner import _redo_suffix
+from envace_engine.study.state import ArmState, StudyState
+from storage.shards import RunWriter
+from tests.studio_data import study_state
+
+
+def test_redo_starts_the_arm_in_a_new_run_and_keeps_the_old_one_listed():
+    config = build(StudyConfig, {"model": "tiny", "eval": {"bootstrap": 300}})
+    state = study_state(config)
+    other = state.arms["real-grpo"]
+    fresh = state.redo("envace")
+    assert fresh == ArmState("study-demo--envace-r2", retired=["study-demo--envace"])
+    assert "envace" not in state.curves and "envace" not in state.evals
+    assert state.arms["real-grpo"] is other and "real-grpo" in state.evals
+    assert state.status == "running" and _redo_suffix(state, "envace") == "-r2"
+    assert _redo_suffix(state, "real-grpo") == "" and _redo_suffix(state, "sft") == ""
+    fresh.status, fresh.steps_done = "done", 40
+    again = state.redo("envace")
+    assert again.run_id == "study-demo--envace-r3"
+    assert again.retired == ["study-demo--envace", "study-demo--envace-r2"]
+    text = markdown(build_report(config, state))
+    assert "Redone from the start in a new run: `envace` (earlier: study-demo--envace, " in text
+
+
+def test_an_arm_that_never_ran_cannot_be_redone():
+    state = StudyState("s", arms={"envace": ArmState("s--envace")})
+    with pytest.raises(ValueError, match="has not run in study s: nothing to redo"):
+        state.redo("envace")
+    with pytest.raises(ValueError, match="'moon' has not run"):
+        state.redo("moon")
+
+
+def test_cli_redo_errors_name_the_problem(tmp_path, monkeypatch):
+    monkeypatch.setenv("ENVACE_HOME", str(tmp_path))
+    runner = CliRunner(env={"COLUMNS": "400", "NO_COLOR": "1"})
+    tiny = ["--config", "configs/study-tiny.toml"]
+    result = runner.invoke(app, ["study", *tiny, "--redo", "envace"])
+    assert result.exit_code == 2 and "pass --resume RUN with it" in result.output
+    config = {"model": "tiny", "arms": ["envace", "real-grpo"]}
+    with RunWriter.create(tmp_path, "study", model="tiny", config=config, run_id="st"):
+        pass
+    result = runner.invoke(app, ["study", "--resume", "st", "--redo", "moon"])
+    assert result.exit_code == 2 and "moon: not an arm of this study" in result.output
+    assert "envace, real-grpo" in result.output
+    result = runner.invoke(app, ["study", "--resume", "st", "--redo", "envace"])
+    assert result.exit_code == 2 and "nothing to redo" in result.output
