@@ -55,3 +55,33 @@ def test_freed_blocks_stay_in_the_heap_only_after_keep_freed_memory():
     pages = 5 * 3 * (16 << 20) // 4096  # every round faulting in every page
     assert page_faults("plain") > pages // 2  # glibc's defaults: handed back, faulted again
     assert page_faults("keep") < pages // 20
+
+
+TRIM = """
+import ctypes, ctypes.util, sys
+from envace_engine.samplers.embedded.heap import keep_freed_memory, release_freed_memory
+assert keep_freed_memory()
+libc = ctypes.CDLL(ctypes.util.find_library("c"))
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+libc.memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+
+def rss_kb():
+    return int(open("/proc/self/statm").read().split()[1]) * 4
+
+blocks = [libc.malloc(16 << 20) for _ in range(8)]
+for block in blocks:
+    libc.memset(block, 1, 16 << 20)
+for block in blocks:
+    libc.free(block)
+kept = rss_kb()
+released = release_freed_memory()
+print(kept, rss_kb(), released)
+"""
+
+
+def test_release_freed_memory_hands_the_kept_heap_back():
+    out = subprocess.run([sys.executable, "-c", TRIM], capture_output=True, text=True, check=True)
+    kept, after, released = out.stdout.split()
+    assert released == "True"
+    assert int(kept) - int(after) > 100_000  # most of the 128 MB freed back (kB)

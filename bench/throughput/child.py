@@ -103,8 +103,11 @@ def _accepted(fn: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in kwargs.items() if k in names}
 
 
-def run(spec: dict[str, Any]) -> dict[str, Any]:
-    """Load, build the sampler, roll the workload out once, time it."""
+def run(spec: dict[str, Any], around: Any = None) -> dict[str, Any]:
+    """Load, build the sampler, roll the workload out once, time it. ``around``: a context
+    manager the timed rollout runs in (the profile bench's profiler; default none)."""
+    import contextlib
+
     import torch
 
     import envace_engine
@@ -130,9 +133,12 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     tasks = random.Random(spec["seed"]).sample(pool, spec["tasks"])
     config = RolloutConfig(**_accepted(RolloutConfig, {**spec["rollout"], "mode": Mode.REHEARSAL}))
     recorder = RecordingSampler(sampler, spec["ignore_eos"])
-    start = time.perf_counter()
-    episodes = rollout(tasks, suite, recorder, tokenizer, config, spec["group"], example_pool=pool)
-    seconds = time.perf_counter() - start
+    with around if around is not None else contextlib.nullcontext():
+        start = time.perf_counter()
+        episodes = rollout(
+            tasks, suite, recorder, tokenizer, config, spec["group"], example_pool=pool
+        )
+        seconds = time.perf_counter() - start
     calls = [c for s in recorder.sessions for c in s.calls]
     metrics = rollout_metrics(episodes)
     out: dict[str, Any] = {

@@ -36,6 +36,7 @@ from envace_engine.rollout.loop import RolloutConfig, rollout
 from envace_engine.rollout.rewards import JudgeConfig, RewardFn, make_reward, state_reward
 from envace_engine.rollout.tokens import training_rows
 from envace_engine.samplers import Sampler, make_sampler
+from envace_engine.samplers.embedded.heap import release_freed_memory
 from envace_engine.seeds import derive_seed
 from envace_engine.sink import Sink
 from envace_engine.training import checkpoint
@@ -125,6 +126,8 @@ def run(parts: Parts, run_dir: Path, sink: Sink | None, resume: bool = False) ->
         if state.step % config.checkpoint_every == 0 or state.step == config.steps:
             save(parts, run_dir, state)
         sync_weights(parts.weight_source(), run_dir, state.step)
+        if parts.model.device.type == "cpu":
+            release_freed_memory()  # the kept heap fragments over a long run (heap.py)
     final = probe(parts, config.steps, last=True)
     if final and sink is not None and parts.dist.is_main:
         sink.metrics(config.steps, final)  # the trained policy: a metrics-only step
