@@ -116,7 +116,8 @@ class Builder:
         """What the study cost: per arm the banked wall time and its steps' own times (the
         per-step figures survive a killed process, whose unbanked wall time is lost), per
         checkpoint the evaluation's wall time, and the total in hours."""
-        arms = {}
+        arms: dict[str, dict[str, float | None]] = {}
+        total = 0.0
         for name, arm in self.state.arms.items():
             points = self.state.curves.get(name, {}).values()
             steps = [p["perf/step_s"] for p in points if "perf/step_s" in p]
@@ -125,11 +126,12 @@ class Builder:
                 "steps_s": sum(steps),
                 "median_step_s": statistics.median(steps) if steps else None,
             }
-        evals = {}
+            total += max(arm.seconds, sum(steps))
+        evals: dict[str, float] = {}
         for name, record in self.state.evals.items():
             fid = record.fidelity.wall_s if record.fidelity is not None else 0.0
             evals[name] = sum(r.wall_s for r in record.settings.values()) + fid
-        total = sum(max(a["wall_s"], a["steps_s"]) for a in arms.values()) + sum(evals.values())
+        total += sum(evals.values())
         return {"arms": arms, "evals_s": evals, "total_h": total / 3600}
 
     def verdicts(self) -> list[dict[str, Any]]:
