@@ -17,7 +17,8 @@ from envace_engine.study.config import ARMS, StudyConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "configs" / "study-tiny.toml"
-VOLATILE = ("wall_s", "seconds", "perf/")  # timings differ between two runs, nothing else may
+# timings (and the report's costs, made of them) differ between two runs; nothing else may
+VOLATILE = ("wall_s", "seconds", "perf/", "costs")
 
 
 def _study(home: Path, *args: str) -> subprocess.Popen:
