@@ -41,38 +41,37 @@ from bench.record import add_record_flag, record
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+# ``--set``-style overrides (``config.build``) on top of the arm's own TrainConfig
 VARIANTS = {
-    "bf16": {"bf16": True, "rollout": {"sampler_dtype": "auto"}},
-    "fp32": {"bf16": False, "rollout": {"sampler_dtype": "float32"}},
+    "bf16": ("bf16=true", 'rollout.sampler_dtype="auto"'),
+    "fp32": ("bf16=false", 'rollout.sampler_dtype="float32"'),
 }
-QUICK = {
-    "model": "tiny",
-    "tasks_per_step": 2,
-    "group_size": 2,
-    "rollout": {"max_turns": 1, "max_new_tokens_act": 8, "max_new_tokens_rehearse": 8},
-}
+QUICK = (
+    'model="tiny"',
+    "tasks_per_step=2",
+    "group_size=2",
+    "rollout.max_turns=1",
+    "rollout.max_new_tokens_act=8",
+    "rollout.max_new_tokens_rehearse=8",
+)
 PERF = ("perf/step_s", "perf/rollout_s", "perf/train_s", "perf/tokens_per_s")
-
-
-def _merge(base: dict, extra: dict) -> dict:
-    out = dict(base)
-    for key, value in extra.items():
-        out[key] = {**out.get(key, {}), **value} if isinstance(value, dict) else value
-    return out
 
 
 def _arm_config(args: argparse.Namespace, variant: str):
     """The arm's ``TrainConfig`` with the variant's dtypes (probes off, no checkpoints kept)."""
-    from envace_engine.config import TrainConfig, load
+    from envace_engine.config import TrainConfig, build, load
     from envace_engine.study.config import StudyConfig
 
     study = load(StudyConfig, args.config)
     data = study.arm_config(args.arm, f"bench-{variant}").model_dump(mode="json")
-    data = _merge(data, {"steps": args.steps, "probe": {"every": 0}, "report_to": "none"})
-    data["checkpoint_every"] = args.steps + 1  # only the run's end writes one (outside a step)
-    if args.quick:
-        data = _merge(data, QUICK)
-    return TrainConfig.model_validate(_merge(data, VARIANTS[variant]))
+    # only the run's end writes a checkpoint (outside a step)
+    common = (
+        f"steps={args.steps}",
+        "probe.every=0",
+        'report_to="none"',
+        f"checkpoint_every={args.steps + 1}",
+    )
+    return build(TrainConfig, data, (*common, *(QUICK if args.quick else ()), *VARIANTS[variant]))
 
 
 def _child(args: argparse.Namespace) -> dict:

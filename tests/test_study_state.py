@@ -11,6 +11,7 @@ from envace_engine.study.config import StudyConfig
 from envace_engine.study.report import build_report, markdown
 from envace_engine.study.runner import _redo_suffix
 from envace_engine.study.state import ArmState, StudyState
+from storage.layout import read_progress, run_dir
 from storage.shards import RunWriter
 from tests.studio_data import study_state
 
@@ -55,3 +56,4 @@ def test_cli_redo_errors_name_the_problem(tmp_path, monkeypatch):
     assert "envace, real-grpo" in result.output
     result = runner.invoke(app, ["study", "--resume", "st", "--redo", "envace"])
     assert result.exit_code == 2 and "nothing to redo" in result.output
+    assert read_progress(run_dir(tmp_path, "st")).status == "done"  # not marked failed

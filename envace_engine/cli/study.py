@@ -112,21 +112,20 @@ def study(
     """Run (or --resume) the study of a config; see `envace study report` for its report."""
     if ctx.invoked_subcommand is not None:
         return
-    from envace_engine.study.runner import run_study
+    from envace_engine.study.runner import redo_arms, run_study
     from storage.shards import RunWriter
 
     try:
         cfg, folder = _study_config(config, resume, overrides or [])
     except (ConfigError, ValueError) as err:
         raise typer.BadParameter(str(err), param_hint="--config/--resume/--set") from err
-    unknown = [a for a in redo or [] if a not in cfg.arms]
     if redo and folder is None:
         raise typer.BadParameter("--redo ARM continues a study: pass --resume RUN with it")
-    if unknown:
-        raise typer.BadParameter(
-            f"{', '.join(unknown)}: not an arm of this study (its arms: {', '.join(cfg.arms)})",
-            param_hint="--redo",
-        )
+    if redo and folder is not None:  # before the study's writer opens: a bad name marks nothing
+        try:
+            redo_arms(cfg, folder, redo, typer.echo)
+        except ValueError as err:
+            raise typer.BadParameter(str(err), param_hint="--redo") from err
     root = data_root(cfg.root)
     if folder is None:
         writer = RunWriter.create(
@@ -145,11 +144,7 @@ def study(
         writer.progress(0, 1, message)
 
     with writer:
-        sinks = WriterSinks(root, cfg.suite, cfg.report_to)
-        try:
-            run_study(cfg, writer.path, sinks, log, redo=redo or ())
-        except ValueError as err:  # an arm to redo that never ran
-            raise typer.BadParameter(str(err), param_hint="--redo") from err
+        run_study(cfg, writer.path, WriterSinks(root, cfg.suite, cfg.report_to), log)
     typer.echo(f"study {writer.run_id}: report in {writer.path}/report.md")
 
 

@@ -119,26 +119,33 @@ class CurveSink:
         self.inner.progress(done, total, message)
 
 
-def run_study(
-    config: StudyConfig,
-    study_dir: Path,
-    sinks: RunSinks,
-    log: Callable[[str], None],
-    redo: Sequence[str] = (),
-) -> StudyState:
-    """Run (or continue) the study stored in ``study_dir``; return its final state.
+def redo_arms(
+    config: StudyConfig, study_dir: Path, arms: Sequence[str], log: Callable[[str], None]
+) -> None:
+    """Mark ``arms`` of the study in ``study_dir`` to train again from the start in new runs
+    (``StudyState.redo``) and save that, before the study continues. A name that is not one
+    of the study's arms, or an arm that never ran, is a ``ValueError`` and changes nothing."""
+    unknown = [a for a in arms if a not in config.arms]
+    if unknown:
+        raise ValueError(
+            f"{', '.join(unknown)}: not an arm of this study (its arms: {', '.join(config.arms)})"
+        )
+    state = StudyState.load(study_dir) or StudyState(Path(study_dir).name)
+    for arm in arms:
+        fresh = state.redo(arm)
+        log(f"arm {arm}: redone in run {fresh.run_id} (kept: {', '.join(fresh.retired)})")
+    state.save(study_dir)
 
-    ``redo``: arms to train again from the start in new runs (``StudyState.redo``)."""
+
+def run_study(
+    config: StudyConfig, study_dir: Path, sinks: RunSinks, log: Callable[[str], None]
+) -> StudyState:
+    """Run (or continue) the study stored in ``study_dir``; return its final state."""
     from envace_engine.models import resolve
 
     resolve(config.model)  # a missing SFT checkpoint fails here, naming the path
     study_id = Path(study_dir).name
     state = StudyState.load(study_dir) or StudyState(study_id)
-    for arm in redo:
-        if arm not in config.arms:
-            raise ValueError(f"redo {arm!r}: not an arm of this study ({', '.join(config.arms)})")
-        fresh = state.redo(arm)
-        log(f"arm {arm}: redone in run {fresh.run_id} (kept: {', '.join(fresh.retired)})")
     for arm in config.arms:
         state.arms.setdefault(arm, ArmState(run_id=f"{study_id}--{arm}"))
 

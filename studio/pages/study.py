@@ -197,9 +197,6 @@ def build(ctx: Studio, tab: gr.Tab, demo: gr.Blocks) -> None:
         params = request.query_params if request is not None else {}
         if params.get("tab", "study") != "study":  # another page was asked for: draw on select
             return (gr.update(),) * (1 + len(outputs))
-        wanted = params.get("study")
-        fresh = study_runs(ctx)
-        chosen = wanted or (fresh[0] if fresh else None)
-        return (gr.update(choices=fresh, value=chosen), *show(ctx, chosen, c))
+        return refresh(ctx, params.get("study"), c)
 
     demo.load(deep_link, [curve], [pick, *outputs])
