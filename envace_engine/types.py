@@ -72,9 +72,11 @@ class MetaKey:
     (``{call_index: nats per token of the real response}``). Evaluation and test-time rehearsal
     (docs/rehearsal.md): ``SUCCESS``, ``BUDGET``, ``REHEARSAL_MODE``, ``REPEAT``, the token
     accounting ``ACT_TOKENS``/``REHEARSAL_TOKENS``/``MEMORY_TOKENS``, ``MEMORY``, ``MEMORIES``,
-    ``IMAGINED_IDS`` on a committed episode; ``IMAGINED_FOR``, ``INDEX``, ``MEMORY_BEFORE`` on
-    an imagined one. Scoring: ``SCORE_BASIS`` (the basis a suite with several scores by,
-    docs/tasks.md). Simulated users: ``USER_MESSAGES`` (the user's messages, in order).
+    ``IMAGINED_IDS`` on a committed episode, and in ``select`` mode ``SELECTED`` (the index of
+    the imagined episode whose first reply it replayed, or None) and ``OUTLOOKS`` (how each
+    imagined episode looked); ``IMAGINED_FOR``, ``INDEX``, ``MEMORY_BEFORE`` on an imagined one.
+    Scoring: ``SCORE_BASIS`` (the basis a suite with several scores by, docs/tasks.md).
+    Simulated users: ``USER_MESSAGES`` (the user's messages, in order).
     """
 
     SAMPLED_TOKENS = "sampled_tokens"
@@ -92,6 +94,8 @@ class MetaKey:
     MEMORY = "memory"
     MEMORIES = "memories"
     IMAGINED_IDS = "imagined_ids"
+    SELECTED = "selected"
+    OUTLOOKS = "outlooks"
     IMAGINED_FOR = "imagined_for"
     INDEX = "index"
     MEMORY_BEFORE = "memory_before"
@@ -174,6 +178,16 @@ class Segment:
                 f"{self.role} segment has {len(self.token_ids)} tokens but "
                 f"{len(self.logprobs)} logprobs"
             )
+
+
+@dataclass(frozen=True)
+class Replay:
+    """An agent reply sampled in another episode, to be an episode's first reply unchanged
+    (test-time ``select``: the chosen imagined episode's first reply). ``prompt_ids`` is the
+    prompt it was sampled after: the replaying episode's first prompt must be the same."""
+
+    prompt_ids: tuple[int, ...]
+    reply: Segment
 
 
 @dataclass(frozen=True)

@@ -167,6 +167,14 @@ def read_manifest(run: Path) -> RunManifest:
         raise ValueError(f"{path} is not a valid run manifest: {err}") from err
 
 
+def rewrite_config(run: Path, config: dict[str, Any]) -> RunManifest:
+    """Replace the config ``run.json`` records (a resumed run whose settings were changed);
+    every other manifest field is kept. Returns the new manifest."""
+    manifest = read_manifest(run).model_copy(update={"config": dict(config)})
+    write_json(run / MANIFEST, manifest.model_dump())
+    return manifest
+
+
 def read_progress(run: Path) -> RunProgress:
     """Parse ``progress.json``; an absent or unreadable file reads as an empty progress."""
     try:

@@ -42,7 +42,7 @@ from storage.queries import Queries, bound
 from storage.queue import QueueQueries
 from storage.schema import SCHEMA_VERSION, SchemaVersionError, check_version
 from storage.search import SearchQueries
-from storage.tables import Annotation, BudgetChoice, Job, RunRecord, SchemaInfo
+from storage.tables import BUDGET_MODES, Annotation, BudgetChoice, Job, RunRecord, SchemaInfo
 from storage.views import ViewSet
 
 log = logging.getLogger(__name__)
@@ -320,8 +320,8 @@ class Store(Queries, QueueQueries, SearchQueries, ComparisonQueries):
         """Record a chosen test-time rehearsal budget (history kept); returns its id."""
         if budget < 0:
             raise ValueError(f"budget must be >= 0 imagined episodes, got {budget}")
-        if mode not in ("parallel", "sequential"):
-            raise ValueError(f"mode must be 'parallel' or 'sequential', got {mode!r}")
+        if mode not in BUDGET_MODES:
+            raise ValueError(f"mode must be one of {', '.join(BUDGET_MODES)}, got {mode!r}")
         row = BudgetChoice(
             choice_id=uuid.uuid4().hex,
             model=model,

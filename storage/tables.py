@@ -66,6 +66,10 @@ class Annotation(SQLModel, table=True):
     created_at: str = ""
 
 
+# Test-time rehearsal modes a budget choice may name (the engine's RehearsalMode values).
+BUDGET_MODES = ("parallel", "sequential", "select")
+
+
 class BudgetChoice(SQLModel, table=True):
     """A test-time rehearsal budget someone chose for a model on a suite (append-only history)."""
 
@@ -75,7 +79,7 @@ class BudgetChoice(SQLModel, table=True):
     model: str
     suite: str
     budget: int
-    mode: str  # "parallel" | "sequential"
+    mode: str  # "parallel" | "sequential" | "select"
     author: str = ""
     note: str = ""
     created_at: str = ""

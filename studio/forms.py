@@ -36,7 +36,7 @@ KINDS = {
 SUITES = ("toy", "bfcl-gen", "bfcl", "tau2-airline", "tau2-retail", "tau2-mock")
 TAU2 = frozenset(s for s in SUITES if s.startswith("tau2-"))
 USER_KINDS = frozenset({"eval"})  # commands that take a simulated user (``--user``)
-MODES = ("parallel", "sequential")
+MODES = ("parallel", "sequential", "select")
 CONFIGURED = frozenset({"train", "baseline", "sft"})  # take a TOML config written by the studio
 RESUMABLE = frozenset({"train", "baseline"})  # `envace train --resume RUN_DIR`
 
@@ -79,7 +79,7 @@ class LaunchRequest(BaseModel):
     group: int = Field(default=4, ge=1, le=64)
     tasks: int = Field(default=8, ge=1, le=10_000)
     budgets: tuple[int, ...] = (0, 1, 2)
-    modes: tuple[Literal["parallel", "sequential"], ...] = ("parallel",)
+    modes: tuple[Literal["parallel", "sequential", "select"], ...] = ("parallel",)
     seed: int = Field(default=0, ge=0)
     max_turns: int = Field(default=ROLLOUT_DEFAULTS.max_turns, ge=1, le=64)
     max_new_tokens: int = Field(default=ROLLOUT_DEFAULTS.max_new_tokens_act, ge=1, le=4096)
@@ -120,7 +120,7 @@ class LaunchRequest(BaseModel):
     @classmethod
     def _some_mode(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         if not value:
-            raise ValueError("pick at least one rehearsal mode (parallel or sequential)")
+            raise ValueError("pick at least one rehearsal mode (parallel, sequential or select)")
         return value
 
     def argv(self) -> list[str]:

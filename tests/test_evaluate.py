@@ -64,7 +64,7 @@ def test_sweep_grid_runs_budget_zero_once():
         "sequential N=2",
         "sequential N=4",
     ]
-    assert grid[0].modes == ("parallel", "sequential")
+    assert grid[0].modes == ("parallel", "sequential", "select")  # N = 0 stands for every mode
     with pytest.raises(ValueError, match="unknown rehearsal mode 'both': use one of parallel"):
         sweep_settings([1], ["both"])
     with pytest.raises(ValueError, match="each 0 or more"):

@@ -184,8 +184,9 @@ def test_jobs_and_budgets(store):
         store.update_job("nope", status="done")
     store.save_budget("tiny", "toy", 2, "parallel", "alice")
     store.save_budget("tiny", "toy", 4, "sequential", "bob", "better on long tasks")
-    assert list(store.budgets(model="tiny")["budget"]) == [4, 2]
-    with pytest.raises(ValueError, match="parallel"):
+    store.save_budget("tiny", "toy", 3, "select", "cy")
+    assert list(store.budgets(model="tiny")["budget"]) == [3, 4, 2]
+    with pytest.raises(ValueError, match="parallel, sequential, select"):
         store.save_budget("tiny", "toy", 1, "sideways")
 
 

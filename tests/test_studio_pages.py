@@ -247,6 +247,15 @@ def test_budget_sweep_chart_table_and_saved_choice(ctx):
     assert "whole number of imagined episodes" in message
 
 
+def test_budget_reads_each_steps_mode_from_its_flags():
+    import pandas as pd
+
+    steps = pd.DataFrame({"sweep/sequential": [0.0, 0.0, 1.0, 0.0], "sweep/select": [0, 0, 0, 1]})
+    assert budget._modes(steps) == ["parallel", "parallel", "sequential", "select"]
+    older = pd.DataFrame({"sweep/sequential": [0.0, 1.0]})  # a sweep from before select
+    assert budget._modes(older) == ["parallel", "sequential"]
+
+
 def test_rehearse_lists_only_rehearsed_calls(ctx):
     calls, status = rehearse.rehearsable_calls(ctx, "ep-0-0")
     assert list(calls["call_index"]) == [0, 1] and "2 rehearsed call(s)" in status

@@ -57,3 +57,29 @@ def test_cli_redo_errors_name_the_problem(tmp_path, monkeypatch):
     result = runner.invoke(app, ["study", "--resume", "st", "--redo", "envace"])
     assert result.exit_code == 2 and "nothing to redo" in result.output
     assert read_progress(run_dir(tmp_path, "st")).status == "done"  # not marked failed
+
+
+def test_resume_may_change_only_eval_settings_and_records_them(tmp_path, monkeypatch):
+    from envace_engine.cli.study import _study_config
+    from envace_engine.study.evaluation import plan_settings
+    from storage.layout import read_manifest
+
+    monkeypatch.setenv("ENVACE_HOME", str(tmp_path))
+    runner = CliRunner(env={"COLUMNS": "400", "NO_COLOR": "1"})
+    config = build(StudyConfig, {"model": "tiny"}).model_dump(mode="json")
+    with RunWriter.create(tmp_path, "study", model="tiny", config=config, run_id="st"):
+        pass
+    result = runner.invoke(app, ["study", "--resume", "st", "--set", "train.steps=3"])
+    assert result.exit_code == 2 and "--set train.steps: a resumed study keeps" in result.output
+    result = runner.invoke(app, ["study", "--resume", "st", "--set", "eval.select_budgets=[1]"])
+    assert result.exit_code == 2 and "select at N = 1 replays the only imagined" in result.output
+    assert read_manifest(run_dir(tmp_path, "st")).config == config  # nothing recorded
+
+    cfg, _ = _study_config(None, "st", ["eval.select_budgets=[2]"])
+    assert cfg.eval.select_budgets == (2,)
+    recorded = read_manifest(run_dir(tmp_path, "st")).config
+    assert recorded["eval"]["select_budgets"] == [2] and recorded["train"] == config["train"]
+    again, _ = _study_config(None, "st", [])  # a later plain resume keeps the change
+    labels = [s.label for s in plan_settings(again.eval.budgets, again.eval.modes, (2,))]
+    assert again.eval.select_budgets == (2,) and labels[-1] == "select N=2"
+    assert labels[:2] == ["plain N=0", "parallel N=1"]  # earlier settings keep their steps

@@ -305,9 +305,11 @@ def _sweep_rows(points: Sequence[Any]) -> list[dict[str, Any]]:
 
 
 BudgetOpt = Annotated[int, typer.Option("--budget", min=0, help="imagined episodes (0 = plain)")]
-ModeOpt = Annotated[str, typer.Option("--rehearsal", help="parallel | sequential")]
+ModeOpt = Annotated[str, typer.Option("--rehearsal", help="parallel | sequential | select")]
 BudgetsOpt = Annotated[str, typer.Option("--budgets", help="comma-separated, e.g. 0,1,2,4")]
-ModesOpt = Annotated[str, typer.Option("--rehearsal", help="modes, e.g. parallel,sequential")]
+ModesOpt = Annotated[
+    str, typer.Option("--rehearsal", help="modes, e.g. parallel,sequential,select")
+]
 BatchOpt = Annotated[int, typer.Option("--batch-size", min=1, help="prompts per forward batch")]
 
 

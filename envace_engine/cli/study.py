@@ -77,9 +77,11 @@ class WriterSinks:
 def _study_config(
     config: Path | None, resume: str | None, overrides: list[str]
 ) -> tuple[Any, Path | None]:
-    """The validated config, and the study folder when resuming."""
-    from envace_engine.study.config import StudyConfig
-    from storage.layout import read_manifest, run_dir
+    """The validated config, and the study folder when resuming. On resume, ``--set`` may change
+    only ``[eval]`` (``RESUMABLE``: the arms share every other setting); the change is recorded
+    in the study's run.json, so later resumes and the report see it."""
+    from envace_engine.study.config import RESUMABLE, StudyConfig
+    from storage.layout import read_manifest, rewrite_config, run_dir
 
     if resume is None:
         if config is None:
@@ -93,11 +95,18 @@ def _study_config(
     manifest = read_manifest(path)
     if manifest.kind != "study":
         raise ConfigError(f"--resume {resume}: {path} is a {manifest.kind} run, not a study")
-    data = (
-        load(StudyConfig, config, overrides)
-        if config
-        else build(StudyConfig, manifest.config, overrides)
-    )
+    if config:
+        return load(StudyConfig, config, overrides), path
+    fixed = [o.split("=", 1)[0].strip() for o in overrides]
+    fixed = [key for key in fixed if not key.startswith(RESUMABLE)]
+    if fixed:
+        raise ConfigError(
+            f"--resume {resume} --set {', '.join(fixed)}: a resumed study keeps the settings its "
+            "arms were trained with; only eval.* may change (or start a new study with --config)"
+        )
+    data = build(StudyConfig, manifest.config, overrides)
+    if overrides:
+        rewrite_config(path, data.model_dump(mode="json"))
     return data, path
 
 

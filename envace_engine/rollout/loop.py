@@ -47,6 +47,7 @@ from envace_engine.types import (
     MetaKey,
     Mode,
     Rehearsal,
+    Replay,
     Role,
     Segment,
     StopReason,
@@ -339,6 +340,27 @@ class _Runner(TurnMixin):
             else:
                 live.end(StopReason.DONE)
 
+    def replay(self, live: _Live, replay: Replay) -> None:
+        """Take ``replay`` as the episode's first reply: its sampled ids and log-probs, as if
+        the sampler had just returned them (token-in/token-out: nothing is re-tokenised)."""
+        reply = replay.reply
+        if reply.role is not Role.ACT or reply.logprobs is None:
+            raise ValueError("a replayed reply must be a sampled act segment (ids and log-probs)")
+        if not live.waiting_act or live.step > 0:
+            raise ValueError(
+                f"task {live.task.id}: a reply can only be replayed as the agent's first, "
+                "before any user or tool message (a simulated user speaks first)"
+            )
+        if tuple(live.seq.ids) != replay.prompt_ids:
+            raise ValueError(
+                f"task {live.task.id}: the replayed reply was sampled after a different prompt "
+                f"({len(replay.prompt_ids)} vs {len(live.seq.ids)} tokens): replay only within "
+                "the same task, tools and worked examples"
+            )
+        ids = reply.token_ids
+        finish = "stop" if ids and ids[-1] == self.chat.eos_id else "length"
+        self.on_act(live, Generation(ids, reply.logprobs, finish))
+
     def _execute_all(self, live: _Live) -> None:
         assert live.env is not None
         for call in live.pending:
@@ -470,12 +492,15 @@ def rollout(
     example_pool: Sequence[Task] | None = None,
     run_id: str | None = None,
     progress: Callable[[int, int], None] | None = None,
+    first_replies: Sequence[Replay | None] | None = None,
 ) -> list[Episode]:
     """Roll out every task ``group_size`` times (one group id per task) as one batch.
 
     ``example_pool`` is where worked examples come from (default: the suite's train split;
     a task never gets itself as an example). ``run_id`` prefixes episode and group ids.
     ``progress(ended, total)`` is called when the count of ended episodes changes and at the end.
+    ``first_replies`` (one per episode, None for a sampled one) replays a reply sampled
+    elsewhere as an episode's first (``_Runner.replay``).
     """
     if group_size < 1:
         raise ValueError(f"group_size={group_size}: use 1 or more episodes per task")
@@ -490,6 +515,12 @@ def rollout(
         for i, task in enumerate(tasks)
         for k in range(group_size)
     ]
+    if first_replies is not None:
+        if len(first_replies) != len(lives):
+            raise ValueError(f"{len(first_replies)} first replies for {len(lives)} episodes")
+        for live, replay in zip(lives, first_replies, strict=True):
+            if replay is not None:
+                runner.replay(live, replay)
     runner.run(lives, progress)
     # The basis the suite scores by goes with every episode (docs/tasks.md, "Scoring bases").
     extra = {MetaKey.SCORE_BASIS: suite.basis} if isinstance(suite, ScoringBasis) else {}

@@ -9,7 +9,8 @@ steps, batch shape, task order and seeds. What an arm changes is exactly its def
 * ``shared-baseline`` — ``envace`` with one baseline for both roles;
 * ``simulator`` — a frozen copy of the SFT model answers the tools; act role trained.
 
-``[eval]`` says how every checkpoint (``base``, ``sft`` and each arm's last) is evaluated.
+``[eval]`` says how every checkpoint (``base``, ``sft`` and each arm's last) is evaluated; it is
+the only section a resumed study may change (``RESUMABLE``): the arms share everything else.
 """
 
 from __future__ import annotations
@@ -66,6 +67,9 @@ class StudyTrain(Section):
     probe: ProbeSettings = ProbeSettings()
 
 
+RESUMABLE = ("eval.",)  # --set prefixes ``envace study --resume`` accepts (and records)
+
+
 class StudyEval(Section):
     """Held-out evaluation of each checkpoint (``study.evaluation``)."""
 
@@ -74,6 +78,10 @@ class StudyEval(Section):
     repeats: int = Field(2, ge=1)
     budgets: tuple[int, ...] = (0, 1, 2)
     modes: tuple[Literal["parallel", "sequential"], ...] = ("parallel", "sequential")
+    select_budgets: tuple[int, ...] = Field(
+        (),
+        description="budgets N at which the select mode (docs/rehearsal.md) is also evaluated",
+    )
     temperature: float = Field(EVAL_TEMPERATURE, gt=0)
     memory_tokens: int = Field(96, ge=1)
     bootstrap: int = Field(2000, ge=100, description="bootstrap resamples for the 95 % CIs")
@@ -114,6 +122,11 @@ class StudyConfig(Section):
             raise ValueError(f"arms {list(self.arms)} lists an arm twice")
         if 0 not in self.eval.budgets:
             raise ValueError("[eval] budgets must include 0 (the no-rehearsal row every Δ uses)")
+        if any(n < 2 for n in self.eval.select_budgets):
+            raise ValueError(
+                f"[eval] select_budgets {list(self.eval.select_budgets)}: use budgets of 2 or "
+                "more (select at N = 1 replays the only imagined reply: plain execution)"
+            )
         return self
 
     def arm_config(self, arm: str, run_id: str) -> TrainConfig:

@@ -33,7 +33,7 @@ from envace_engine.testtime.evaluate import (
     sweep_settings,
 )
 from envace_engine.testtime.memory import MemoryConfig
-from envace_engine.testtime.rehearsal import RehearsalConfig
+from envace_engine.testtime.rehearsal import RehearsalConfig, RehearsalMode
 from envace_engine.training.probe import check_world
 from envace_engine.types import Mode, Task
 
@@ -64,9 +64,13 @@ class EvalPlan:
     seed: int
 
 
-def plan_settings(budgets: Sequence[int], modes: Sequence[str]) -> tuple[Setting, ...]:
-    """The setting grid: N = 0 once, then every mode × positive budget."""
-    return tuple(sweep_settings(budgets, modes))
+def plan_settings(
+    budgets: Sequence[int], modes: Sequence[str], select_budgets: Sequence[int] = ()
+) -> tuple[Setting, ...]:
+    """The setting grid: N = 0 once, then every mode × positive budget, then ``select`` at each
+    of ``select_budgets`` (last, so a study that adds them on resume keeps its step numbers)."""
+    grid = sweep_settings(budgets, modes)
+    return (*grid, *(Setting(n, RehearsalMode.SELECT) for n in sorted(set(select_budgets))))
 
 
 def result_of(setting: Setting, result: EvalResult) -> SettingResult:

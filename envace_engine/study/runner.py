@@ -280,7 +280,7 @@ def make_plan(config: StudyConfig) -> EvalPlan:
         suite=suite,
         tasks=tuple(filtered[: e.n_tasks]),
         pool=tuple(suite.tasks(config.train.split)),
-        settings=plan_settings(e.budgets, e.modes),
+        settings=plan_settings(e.budgets, e.modes, e.select_budgets),
         rollout=RolloutConfig(**rollout),
         repeats=e.repeats,
         memory_tokens=e.memory_tokens,

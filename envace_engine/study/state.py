@@ -39,7 +39,7 @@ class SettingResult:
 
     label: str  # "plain N=0", "parallel N=2", ...
     budget: int
-    mode: str  # "none" | "parallel" | "sequential"
+    mode: str  # "none" | "parallel" | "sequential" | "select"
     success: dict[str, float]  # task id -> successes / repeats
     reward: float
     real_calls: float

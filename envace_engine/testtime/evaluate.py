@@ -103,6 +103,11 @@ class EvalResult:
         """Committed episodes, each followed by its imagined ones (what the sink stores)."""
         return [e for a in self.attempts for e in a.episodes]
 
+    def _is(self, mode: RehearsalMode) -> float:
+        """1.0 when the evaluation rehearsed (budget > 0) in ``mode``."""
+        rehearsal = self.config.rehearsal
+        return float(rehearsal.mode is mode and rehearsal.budget > 0)
+
     def metrics(self, prefix: str = "eval") -> dict[str, float]:
         """Flat scalar metrics (``{prefix}/success``, ``{prefix}/pass^k``, tokens, wall time)."""
         n = self.config.repeats
@@ -117,10 +122,8 @@ class EvalResult:
             f"{prefix}/reward": sum(scored) / len(scored) if scored else 0.0,
             f"{prefix}/unscored": float(len(rewards) - len(scored)),
             f"{prefix}/budget": float(self.config.rehearsal.budget),
-            f"{prefix}/sequential": float(
-                self.config.rehearsal.mode is RehearsalMode.SEQUENTIAL
-                and self.config.rehearsal.budget > 0
-            ),
+            f"{prefix}/sequential": self._is(RehearsalMode.SEQUENTIAL),
+            f"{prefix}/select": self._is(RehearsalMode.SELECT),
             f"{prefix}/wall_s": self.wall_s,
         }
         for name in ("act_tokens", "rehearsal_tokens", "memory_tokens", "real_calls"):
@@ -208,7 +211,7 @@ class Setting:
 
     @property
     def modes(self) -> tuple[str, ...]:
-        """The modes this point stands for (both for budget 0)."""
+        """The modes this point stands for (every mode for budget 0)."""
         if self.budget == 0:
             return tuple(m.value for m in RehearsalMode)
         return (self.mode.value,)
@@ -226,7 +229,8 @@ def sweep_settings(budgets: Iterable[int], modes: Iterable[str]) -> list[Setting
         raise ValueError(f"budgets {wanted}: give one or more budgets, each 0 or more")
     kinds = [parse_mode(m) for m in dict.fromkeys(modes)]
     if not kinds:
-        raise ValueError("give at least one rehearsal mode: parallel, sequential")
+        valid = ", ".join(m.value for m in RehearsalMode)
+        raise ValueError(f"give at least one rehearsal mode: {valid}")
     grid = [Setting(0, kinds[0])] if 0 in wanted else []
     grid += [Setting(n, mode) for mode in kinds for n in wanted if n > 0]
     return grid

@@ -13,6 +13,8 @@ context (``memory.with_memory``). ``budget = 0`` is plain execution.
 * ``sequential``: imagined episode ``k`` runs with memory ``k-1`` in its context; after it the
   memory is rewritten from memory ``k-1`` plus episode ``k``'s transcript. Each of the N rounds is
   one rollout call batched over all tasks and repeats.
+* ``select``: imagined as in ``parallel``, but no memory is written: the committed episode
+  starts with the first reply of the imagined episode that looks best (``testtime.select``).
 * Imagined rehearse prompts are never grounded in reference results: at test time none exist.
 
 Every imagined episode is returned as an ``Episode`` (mode ``rehearsal``, meta ``imagined_for`` =
@@ -41,7 +43,8 @@ from envace_engine.testtime.memory import (
     sampled_tokens,
     write_memories,
 )
-from envace_engine.types import Episode, MetaKey, Mode, Role, Task
+from envace_engine.testtime.select import choose, first_reply, outlook
+from envace_engine.types import Episode, MetaKey, Mode, Replay, Role, Task
 
 Progress = Callable[[int, int, str], None]
 
@@ -51,6 +54,7 @@ class RehearsalMode(StrEnum):
 
     PARALLEL = "parallel"
     SEQUENTIAL = "sequential"
+    SELECT = "select"
 
 
 def parse_mode(value: str | RehearsalMode) -> RehearsalMode:
@@ -90,6 +94,12 @@ class Plan:
     repeat: int
     imagined: tuple[Episode, ...] = ()
     memories: tuple[MemoryNote, ...] = ()  # one (parallel) or one per imagined episode
+    chosen: int | None = None  # select: the imagined episode whose first reply is replayed
+
+    @property
+    def replay(self) -> Replay | None:
+        """The first reply the committed episode replays (select mode), else None."""
+        return None if self.chosen is None else first_reply(self.imagined[self.chosen])
 
     @property
     def memory(self) -> str:
@@ -173,15 +183,14 @@ class _Rehearser:
         )
         return write_memories(self.sampler, self.chat, prompts, params, cfg.context_limit)
 
-    def parallel(self, plans: list[Plan], repeats: int, progress: Progress) -> list[Plan]:
-        """One batched rollout of budget x repeats imagined episodes per task; then memories.
+    def imagine(self, plans: list[Plan], repeats: int, progress: Progress) -> list[Plan]:
+        """One batched rollout of budget x repeats imagined episodes per task.
 
         Every task's imagined episodes form one group of the rollout (consecutive, sharing the
         task's prompt, which the sampler prefills once), and all tasks go in the same call so
         the sampler's batch stays full.
         """
         n = self.rehearsal.budget
-        chars = self.rehearsal.memory.transcript_chars
         task_ids = sorted({p.task_index for p in plans})
         tasks = [next(p.task for p in plans if p.task_index == i) for i in task_ids]
         episodes = self._rollout(tasks, n * repeats, "im", 1)
@@ -192,9 +201,20 @@ class _Rehearser:
         for plan in plans:
             imagined = by_task[plan.task_index][plan.repeat * n : (plan.repeat + 1) * n]
             out.append(replace(plan, imagined=tuple(imagined)))
+        return out
+
+    def parallel(self, plans: list[Plan], repeats: int, progress: Progress) -> list[Plan]:
+        """The imagined episodes (``imagine``), then one memory per plan over all of them."""
+        chars = self.rehearsal.memory.transcript_chars
+        out = self.imagine(plans, repeats, progress)
         prompts = [memory_messages(p.task, [transcript(e, chars) for e in p.imagined]) for p in out]
         notes = self._memories(prompts, 2)
         return [replace(p, memories=(note,)) for p, note in zip(out, notes, strict=True)]
+
+    def select(self, plans: list[Plan], repeats: int, progress: Progress) -> list[Plan]:
+        """The imagined episodes (``imagine``), then the best-looking one of each plan."""
+        out = self.imagine(plans, repeats, progress)
+        return [replace(p, chosen=choose(p.imagined)) for p in out]
 
     def sequential(self, plans: list[Plan], progress: Progress) -> list[Plan]:
         """N rounds, each batched over all plans: imagine with the memory so far, then update it."""
@@ -238,10 +258,17 @@ def rehearse(
     plans = [Plan(task, i, r) for i, task in enumerate(tasks) for r in range(repeats)]
     if rehearsal.budget == 0 or not plans:
         return plans
+    if rehearsal.mode is RehearsalMode.SELECT and config.user is not None:
+        raise ValueError(
+            "select rehearsal replays the agent's first reply, which with a simulated user "
+            "follows a sampled user message: use parallel or sequential on this suite"
+        )
     report = progress or (lambda done, total, message: None)
     worker = _Rehearser(suite, sampler, tokenizer, config, rehearsal, example_pool, run_id)
     if rehearsal.mode is RehearsalMode.PARALLEL:
         return worker.parallel(plans, repeats, report)
+    if rehearsal.mode is RehearsalMode.SELECT:
+        return worker.select(plans, repeats, report)
     return worker.sequential(plans, report)
 
 
@@ -257,7 +284,8 @@ def commit(
     run_id: str = "rh",
     progress: Progress | None = None,
 ) -> list[Attempt]:
-    """One committed real episode per plan (batched), memory in context; link the imagined ones.
+    """One committed real episode per plan (batched), with its memory in context or, in select
+    mode, the chosen imagined episode's first reply replayed; link the imagined ones.
 
     ``progress(ended, total, message)`` as the real episodes end."""
     if not plans:
@@ -275,6 +303,7 @@ def commit(
         example_pool=example_pool,
         run_id=f"{run_id}-c",
         progress=lambda ended, total: report(ended, total, "real episodes ended"),
+        first_replies=[p.replay for p in plans],
     )
     return [_attempt(p, e, rehearsal, run_id) for p, e in zip(plans, episodes, strict=True)]
 
@@ -308,6 +337,9 @@ def _attempt(plan: Plan, episode: Episode, rehearsal: RehearsalConfig, run_id: s
         MetaKey.MEMORIES: [m.as_meta() for m in plan.memories],
         MetaKey.IMAGINED_IDS: [e.id for e in imagined],
     }
+    if rehearsal.mode is RehearsalMode.SELECT and rehearsal.budget > 0:
+        meta[MetaKey.SELECTED] = plan.chosen
+        meta[MetaKey.OUTLOOKS] = [outlook(e).as_meta() for e in plan.imagined]
     committed = replace(episode, group_id=group, meta=meta)
     return Attempt(plan.task, committed, imagined)
 

@@ -2,8 +2,9 @@
 against rehearsal tokens with error bars and per task, and save the budget chosen for the model.
 
 How a sweep run is read (docs/studio.md): the sweep writes one *step* per setting. Its metrics
-for that step name the setting — ``sweep/budget`` (N), ``sweep/sequential`` (1 sequential,
-0 parallel) and ``sweep/rehearsal_tokens`` (mean imagined tokens per task) — and its episodes
+for that step name the setting — ``sweep/budget`` (N), ``sweep/sequential`` and
+``sweep/select`` (1 in that mode; both 0: parallel; runs older than select have no
+``sweep/select``) and ``sweep/rehearsal_tokens`` (mean imagined tokens per task) — and its episodes
 are the committed real episodes of that setting, one per task and repeat, ``reward`` = success.
 """
 
@@ -63,13 +64,22 @@ SETTING_METRICS = ("sweep/budget", "sweep/sequential", "sweep/rehearsal_tokens")
 MAX_EPISODES = 20_000
 
 
+def _modes(steps: pd.DataFrame) -> list[str]:
+    """Each step's rehearsal mode, from its ``sweep/sequential`` and ``sweep/select`` flags."""
+    select = steps["sweep/select"] if "sweep/select" in steps else [0.0] * len(steps)
+    return [
+        "select" if sel >= 0.5 else "sequential" if seq >= 0.5 else "parallel"
+        for seq, sel in zip(steps["sweep/sequential"], select, strict=True)
+    ]
+
+
 def _settings(ctx: Studio, run_id: str) -> pd.DataFrame:
     """Per step: mode, budget, mean rehearsal tokens (budget 0 is listed under every mode)."""
     steps = ctx.store.sweep_results(run_id)
     if steps.empty or not set(SETTING_METRICS) <= set(steps.columns):
         return pd.DataFrame(columns=["step", "mode", "budget", "rehearsal_tokens"])
     table = steps.assign(
-        mode=["sequential" if v >= 0.5 else "parallel" for v in steps["sweep/sequential"]],
+        mode=_modes(steps),
         budget=steps["sweep/budget"].round().astype(int),
         rehearsal_tokens=steps["sweep/rehearsal_tokens"],
     )
