@@ -61,6 +61,19 @@ def size_mb(folder: Path) -> float:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 2**20
 
 
+def evaluation_runs(state: dict) -> list[str]:
+    """The SFT checkpoint's and the ``envace`` arm's sweep runs and the ``envace`` fidelity run,
+    as the study recorded them (a redone arm's evaluations are ``...-envace-r2``)."""
+    names = []
+    for checkpoint in ("sft", "envace"):
+        record = state["evals"].get(checkpoint)
+        if record is not None:
+            names.append(record["run_id"])
+    if "envace" in state["evals"]:
+        names.append(state["evals"]["envace"]["run_id"].replace("--eval-", "--fidelity-", 1))
+    return names
+
+
 def build(study: Path, out: Path, episode_steps: int) -> dict[str, float]:
     """Write the bundle for the study at ``study`` into ``out``; sizes per run in MB."""
     state = json.loads((study / "study.json").read_text(encoding="utf-8"))
@@ -76,9 +89,7 @@ def build(study: Path, out: Path, episode_steps: int) -> dict[str, float]:
         if run.is_dir():
             copy_run(run, out / run.name, episode_steps)
             sizes[run.name] = size_mb(out / run.name)
-    wanted = [f"{state['study_id']}--eval-sft", f"{state['study_id']}--eval-envace"]
-    wanted.append(f"{state['study_id']}--fidelity-envace")
-    for name in wanted:
+    for name in evaluation_runs(state):
         run = runs_root / name
         if run.is_dir():
             copy_run(run, out / name, None)

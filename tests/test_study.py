@@ -68,9 +68,11 @@ def test_tiny_study_runs_every_arm_and_a_killed_study_resumes_to_the_same_report
     names = {r["checkpoint"] for r in report["table"]}
     assert names == {"base", "sft", *ARMS}
     settings = {r["setting"] for r in report["table"] if r["checkpoint"] == "envace"}
-    assert settings == {"plain N=0", "parallel N=1", "sequential N=1"}
+    assert settings == {"plain N=0", "parallel N=1", "sequential N=1", "select N=2"}
     assert len(report["verdicts"]) == 5 and all(v["verdict"] for v in report["verdicts"])
     assert {"heldout/success", "loss"} <= set(report["curves"]["envace"]["1"])
+
+    _bundle_installs(whole / "runs" / "study-tiny", tmp_path)
 
     # kill -9 once the first arm has finished a step, then resume
     proc = _study(broken, "--config", str(TINY))
@@ -87,3 +89,25 @@ def test_tiny_study_runs_every_arm_and_a_killed_study_resumes_to_the_same_report
     assert _stable(_report(broken)) == _stable(report)
     # the killed process's time was banked step by step, not lost with it
     assert all(a["seconds"] > 0 for a in _report(broken)["arms"].values())
+
+
+def _bundle_installs(study: Path, tmp_path: Path) -> None:
+    """scripts/make_demo_bundle.py slices the finished study; the studio installs the slice."""
+    import importlib.util
+
+    from studio.demo import install
+
+    spec = importlib.util.spec_from_file_location(
+        "bundle", ROOT / "scripts" / "make_demo_bundle.py"
+    )
+    assert spec is not None and spec.loader is not None
+    bundle = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bundle)
+    sizes = bundle.build(study, tmp_path / "bundle", episode_steps=1)
+    expected = {"study-tiny", "study-tiny--eval-sft", "study-tiny--eval-envace"}
+    expected |= {"study-tiny--fidelity-envace", *(f"study-tiny--{arm}" for arm in ARMS)}
+    assert set(sizes) == expected
+    arm_steps = tmp_path / "bundle" / "study-tiny--envace" / "episodes"
+    assert len(list(arm_steps.glob("step-*.parquet"))) == 1  # only the last step's episodes
+    assert not list((tmp_path / "bundle").rglob("checkpoints"))  # weights never bundled
+    assert set(install(tmp_path / "fresh", tmp_path / "bundle")) == expected
