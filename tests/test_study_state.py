@@ -83,3 +83,28 @@ def test_resume_may_change_only_eval_settings_and_records_them(tmp_path, monkeyp
     labels = [s.label for s in plan_settings(again.eval.budgets, again.eval.modes, (2,))]
     assert again.eval.select_budgets == (2,) and labels[-1] == "select N=2"
     assert labels[:2] == ["plain N=0", "parallel N=1"]  # earlier settings keep their steps
+
+
+def test_retired_runs_are_evaluated_last_and_only_when_asked(tmp_path):
+    from envace_engine.cli.study import WriterSinks
+    from envace_engine.study.runner import checkpoints
+
+    sinks = WriterSinks(tmp_path, "toy")
+    config = build(StudyConfig, {"model": "tiny", "arms": ["envace", "real-grpo"]})
+    state = StudyState("s", arms={"envace": ArmState("s--envace", status="done", steps_done=3)})
+    state.arms["real-grpo"] = ArmState("s--real-grpo", checkpoint="ckpt/rg")
+    state.arms["envace"].checkpoint = "ckpt/e1"
+    state.redo("envace").checkpoint = "ckpt/e2"
+    for step in (2, 3):  # the retired run's checkpoints; only the newest complete one counts
+        folder = sinks.path("s--envace") / "checkpoints" / f"step-{step:06d}"
+        folder.mkdir(parents=True)
+        (folder / "state.json").write_text("{}")
+    plain = [name for name, _ in checkpoints(config, state, sinks)]
+    assert plain == ["base", "sft", "envace", "real-grpo"]
+    asked = build(
+        StudyConfig, {"model": "tiny", "arms": ["envace", "real-grpo"], "eval": {"retired": True}}
+    )
+    found = checkpoints(asked, state, sinks)
+    assert [name for name, _ in found] == [*plain, "envace-r1"]
+    assert found[-1][1].endswith("s--envace/checkpoints/step-000003")
+    assert dict(found)["envace"] == "ckpt/e2"  # the arm itself is its redone run

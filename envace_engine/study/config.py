@@ -82,6 +82,11 @@ class StudyEval(Section):
         (),
         description="budgets N at which the select mode (docs/rehearsal.md) is also evaluated",
     )
+    retired: bool = Field(
+        False,
+        description="also evaluate the last checkpoint of every earlier run of a redone arm "
+        "(named <arm>-r1, <arm>-r2, ...: shown in the tables, never used by a verdict)",
+    )
     temperature: float = Field(EVAL_TEMPERATURE, gt=0)
     memory_tokens: int = Field(96, ge=1)
     bootstrap: int = Field(2000, ge=100, description="bootstrap resamples for the 95 % CIs")

@@ -3,7 +3,8 @@
 Order: the arms one after another (each an ``envace train`` run with a checkpoint every step, so a
 kill loses at most the step in flight and a resumed arm repeats none: the step is redone from the
 same checkpoint, seeds and task position, and its stored output is replaced whole), then the
-held-out evaluations (``base``, ``sft``, each finished arm's last checkpoint), then the report.
+held-out evaluations (``base``, ``sft``, each finished arm's last checkpoint; with
+``eval.retired`` also the earlier runs of a redone arm), then the report.
 ``study.json`` (``state``) records each finished unit the moment it finishes.
 
 An arm that diverges — a NaN loss, or no row with a non-zero advantage in any step (no reward
@@ -210,11 +211,22 @@ def train_arm(
     log(f"arm {arm}: {record.status} {record.reason}".rstrip())
 
 
-def checkpoints(config: StudyConfig, state: StudyState) -> list[tuple[str, str]]:
-    """(name, model) of every checkpoint to evaluate: base, sft, each finished arm."""
+def checkpoints(
+    config: StudyConfig, state: StudyState, sinks: RunSinks
+) -> list[tuple[str, str]]:
+    """(name, model) of every checkpoint to evaluate: base, sft, each finished arm, then with
+    ``eval.retired`` the last checkpoint of each earlier run of a redone arm (``<arm>-rK``)."""
+    from envace_engine.training.checkpoint import latest
+
     out = [("base", config.base_model)] if config.eval.base else []
     out.append(("sft", config.model))
     out += [(arm, state.arms[arm].checkpoint) for arm in config.arms if state.arms[arm].checkpoint]
+    if config.eval.retired:
+        for arm in config.arms:
+            for k, run_id in enumerate(state.arms[arm].retired, start=1):
+                found = latest(sinks.path(run_id))
+                if found is not None:
+                    out.append((f"{arm}-r{k}", str(found)))
     return out
 
 
@@ -228,7 +240,7 @@ def evaluate_all(
 ) -> None:
     """Evaluate every checkpoint at every setting, then in its rehearsed world (resumable)."""
     plan = make_plan(config)
-    for name, model in checkpoints(config, state):
+    for name, model in checkpoints(config, state, sinks):
         suffix = _redo_suffix(state, name)
         record = state.evals.setdefault(
             name, CheckpointEval(model, f"{state.study_id}--eval-{name}{suffix}")
