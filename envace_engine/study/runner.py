@@ -211,9 +211,7 @@ def train_arm(
     log(f"arm {arm}: {record.status} {record.reason}".rstrip())
 
 
-def checkpoints(
-    config: StudyConfig, state: StudyState, sinks: RunSinks
-) -> list[tuple[str, str]]:
+def checkpoints(config: StudyConfig, state: StudyState, sinks: RunSinks) -> list[tuple[str, str]]:
     """(name, model) of every checkpoint to evaluate: base, sft, each finished arm, then with
     ``eval.retired`` the last checkpoint of each earlier run of a redone arm (``<arm>-rK``)."""
     from envace_engine.training.checkpoint import latest
