@@ -8,7 +8,7 @@ import pytest
 
 from envace_engine.config import build
 from envace_engine.study.config import StudyConfig
-from envace_engine.study.report import at_least, build_report, greater, markdown
+from envace_engine.study.report import at_least, build_report, effect, greater, markdown
 from envace_engine.study.state import StudyState
 from envace_engine.study.stats import Estimate
 from tests.studio_data import make_study, study_state
@@ -26,6 +26,8 @@ def test_table_rows_and_deltas(report):
     assert rows[("sft", "plain N=0")]["delta"] is None
     assert rows[("envace", "parallel N=2")]["delta"]["mean"] == pytest.approx(0.25)  # 8/8 - 6/8
     assert rows[("envace", "parallel N=2")]["rehearsal_tokens"] == 25.0  # 10 x 2 + 5 memory
+    assert rows[("sft", "plain N=0")]["effect"] is None
+    assert rows[("envace", "parallel N=2")]["effect"] in ("helps", "harmless")
 
 
 def test_world_gap(report):
@@ -52,6 +54,10 @@ def test_rules_by_hand():
     assert at_least(Estimate(0.0, -0.04, 0.04, 8)) == "supported"  # within the 5-point margin
     assert at_least(Estimate(0.01, -0.08, 0.1, 8)) == "inconclusive"
     assert at_least(Estimate(-0.1, -0.2, -0.01, 8)) == "not supported"
+    assert effect(Estimate(0.1, 0.02, 0.2, 8)) == "helps"
+    assert effect(Estimate(-0.02, -0.04, -0.01, 8)) == "hurts"  # significant, if small
+    assert effect(Estimate(0.0, -0.04, 0.04, 8)) == "harmless"
+    assert effect(Estimate(0.0, -0.2, 0.2, 8)) == "inconclusive"
 
 
 def test_missing_arms_are_not_run():

@@ -12,6 +12,11 @@ Verdict rules (stated in the report too):
 * a "more than" / "rises" claim is **supported** when the interval lies above 0, **not
   supported** when it lies below 0, else **inconclusive**;
 * a claim whose arms did not run or failed is **not run**.
+
+Every test-time setting's Δ vs N = 0 also gets an **effect** (``effect``): *helps* (interval
+above 0), *hurts* (interval below 0), *harmless* (interval above −0.05: non-inferior), else
+*inconclusive* — the question "is test-time rehearsal at least harmless for this policy?"
+answered per setting.
 """
 
 from __future__ import annotations
@@ -76,6 +81,7 @@ class Builder:
                     "mode": result.mode,
                     "success": self.est(_values(result.success, tasks)).as_dict(),
                     "delta": None,
+                    "effect": None,
                     "reward": result.reward,
                     "real_calls": result.real_calls,
                     "rehearsal_tokens": result.rehearsal_tokens + result.memory_tokens,
@@ -85,6 +91,7 @@ class Builder:
                     common = _common(result.success, base)
                     d = self.diff(_values(result.success, common), _values(base, common))
                     row["delta"] = d.as_dict()
+                    row["effect"] = effect(d)
                 rows.append(row)
         return rows
 
@@ -261,6 +268,17 @@ def greater(d: Estimate) -> str:
     return "inconclusive"
 
 
+def effect(d: Estimate) -> str:
+    """What a test-time setting does to success (its paired Δ vs N = 0): module docstring."""
+    if d.low > 0:
+        return "helps"
+    if d.high < 0:
+        return "hurts"
+    if d.low > -MARGIN:
+        return "harmless"
+    return "inconclusive"
+
+
 def at_least(d: Estimate) -> str:
     if d.mean >= 0 and d.low > -MARGIN:
         return "supported"
@@ -314,6 +332,7 @@ def build_report(config: StudyConfig, state: StudyState) -> dict[str, Any]:
         "rules": {
             "at_least": f"mean ≥ 0 and 95 % CI above −{MARGIN}",
             "greater": "95 % CI above 0",
+            "effect": f"helps: Δ CI above 0; hurts: below 0; harmless: above −{MARGIN}",
         },
     }
 
@@ -346,20 +365,21 @@ def markdown(report: dict[str, Any]) -> str:
     lines += [f"* **{v['verdict']}** — {v['claim']}: {v['evidence']}" for v in report["verdicts"]]
     lines += [
         "",
-        f"Rules: ≥ claims {report['rules']['at_least']}; others {report['rules']['greater']}.",
+        f"Rules: ≥ claims {report['rules']['at_least']}; others {report['rules']['greater']}. "
+        f"Effect of a setting: {report['rules'].get('effect', 'n/a')}.",
         "",
     ]
     lines += ["## Test-time rehearsal (success %, 95 % CI over tasks)", ""]
     lines += [
-        "| checkpoint | setting | success | Δ vs N=0 | real calls | rehearsal tokens |",
-        "|---|---|---|---|---|---|",
+        "| checkpoint | setting | success | Δ vs N=0 | effect | real calls | rehearsal tokens |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in report["table"]:
         s = r["success"]
         lines.append(
             f"| {r['checkpoint']} | {r['setting']} | {s['mean'] * 100:.1f} "
             f"[{s['low'] * 100:.1f}, {s['high'] * 100:.1f}] | {_ci(r['delta'])} | "
-            f"{r['real_calls']:.2f} | {r['rehearsal_tokens']:.0f} |"
+            f"{r.get('effect') or '—'} | {r['real_calls']:.2f} | {r['rehearsal_tokens']:.0f} |"
         )
     lines += ["", "## World model (held-out, ungrounded rehearsal)", ""]
     lines += [

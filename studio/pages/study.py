@@ -84,7 +84,15 @@ def header(report: dict[str, Any] | None, run_id: str | None) -> str:
 
 def table_frame(report: dict[str, Any] | None) -> pd.DataFrame:
     """The test-time table: one row per checkpoint and setting (success in %)."""
-    columns = ["checkpoint", "setting", "success %", "95% CI", "Δ vs N=0 [CI]", "real calls"]
+    columns = [
+        "checkpoint",
+        "setting",
+        "success %",
+        "95% CI",
+        "Δ vs N=0 [CI]",
+        "effect",
+        "real calls",
+    ]
     if report is None or not report["table"]:
         return pd.DataFrame(columns=columns)
     rows = []
@@ -97,6 +105,7 @@ def table_frame(report: dict[str, Any] | None) -> pd.DataFrame:
                 "success %": round(s["mean"] * 100, 1),
                 "95% CI": f"[{s['low'] * 100:.1f}, {s['high'] * 100:.1f}]",
                 "Δ vs N=0 [CI]": _pct(r["delta"]),
+                "effect": r.get("effect") or "",  # reports before effects were judged lack it
                 "real calls": round(r["real_calls"], 2),
             }
         )
