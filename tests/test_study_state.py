@@ -101,10 +101,34 @@ def test_retired_runs_are_evaluated_last_and_only_when_asked(tmp_path):
         (folder / "state.json").write_text("{}")
     plain = [name for name, _ in checkpoints(config, state, sinks)]
     assert plain == ["base", "sft", "envace", "real-grpo"]
-    asked = build(
-        StudyConfig, {"model": "tiny", "arms": ["envace", "real-grpo"], "eval": {"retired": True}}
-    )
+    arms = ["envace", "real-grpo"]
+    asked = build(StudyConfig, {"model": "tiny", "arms": arms, "eval": {"retired": ["s--envace"]}})
     found = checkpoints(asked, state, sinks)
     assert [name for name, _ in found] == [*plain, "envace-r1"]
     assert found[-1][1].endswith("s--envace/checkpoints/step-000003")
     assert dict(found)["envace"] == "ckpt/e2"  # the arm itself is its redone run
+    typo = build(StudyConfig, {"model": "tiny", "arms": arms, "eval": {"retired": ["s--moon"]}})
+    with pytest.raises(ValueError, match=r"s--moon: not an earlier run .* runs: s--envace\)"):
+        checkpoints(typo, state, sinks)
+
+
+def test_arms_keep_the_checkpoints_prompt_settings_across_a_resume(tmp_path):
+    """The SFT checkpoint's prompt record fills the [train.rollout] keys the study does not set;
+    a study rebuilt from its run.json (what --resume does) gives the arms the same settings."""
+    import json
+
+    from envace_engine.config import PROMPT_FILE, load
+
+    model = tmp_path / "sft"
+    model.mkdir()
+    record = {"grounded_rehearsal": False, "n_examples": 0, "max_new_tokens_act": 128}
+    (model / PROMPT_FILE).write_text(json.dumps(record))
+    toml = tmp_path / "study.toml"
+    toml.write_text(f'model = "{model}"\n[train.rollout]\nmax_new_tokens_act = 48\n')
+    fresh = load(StudyConfig, toml)
+    rollout = fresh.arm_config("envace", "r").rollout
+    assert (rollout.grounded_rehearsal, rollout.n_examples) == (False, 0)  # the checkpoint's
+    assert rollout.max_new_tokens_act == 48  # the study's own key wins
+    resumed = build(StudyConfig, fresh.model_dump(mode="json"))
+    for arm in ("envace", "real-grpo", "act-only", "shared-baseline"):
+        assert resumed.arm_config(arm, "r") == fresh.arm_config(arm, "r"), arm

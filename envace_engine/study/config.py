@@ -82,10 +82,11 @@ class StudyEval(Section):
         (),
         description="budgets N at which the select mode (docs/rehearsal.md) is also evaluated",
     )
-    retired: bool = Field(
-        False,
-        description="also evaluate the last checkpoint of every earlier run of a redone arm "
-        "(named <arm>-r1, <arm>-r2, ...: shown in the tables, never used by a verdict)",
+    retired: tuple[str, ...] = Field(
+        (),
+        description="run ids of earlier runs of redone arms whose last checkpoint is evaluated "
+        "too (named <arm>-r1, <arm>-r2, ... by their place among the arm's earlier runs: shown "
+        "in the tables, never used by a verdict)",
     )
     temperature: float = Field(EVAL_TEMPERATURE, gt=0)
     memory_tokens: int = Field(96, ge=1)
@@ -116,8 +117,23 @@ class StudyConfig(Section):
     train: StudyTrain = StudyTrain()
     eval: StudyEval = StudyEval()
     # Filled from ``model``'s checkpoint record by ``config.build`` (INHERITS_PROMPTS) and
-    # copied into [train].rollout; a study renders every prompt as the SFT checkpoint was trained.
+    # folded into [train.rollout] (``_fold_prompts``); a study renders every prompt as the SFT
+    # checkpoint was trained.
     rollout: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fold_prompts(cls, data: Any) -> Any:
+        """[train.rollout] = the checkpoint's prompt settings under the keys it sets itself,
+        resolved here, once. A dumped config (the study's run.json) then holds the resolved
+        values, so rebuilding it on ``--resume`` gives the same arms: resolving later, by which
+        keys look explicitly set, took a dump's defaults as explicit and lost the checkpoint's
+        settings."""
+        if not isinstance(data, dict) or not data.get("rollout"):
+            return data
+        train = dict(data.get("train") or {})
+        train["rollout"] = {**data["rollout"], **dict(train.get("rollout") or {})}
+        return {**data, "train": train}
 
     @model_validator(mode="after")
     def _checks(self) -> StudyConfig:
@@ -139,8 +155,6 @@ class StudyConfig(Section):
         if arm not in ARM_OVERRIDES:
             raise ValueError(f"unknown arm {arm!r}: choose from {', '.join(ARMS)}")
         data: dict[str, Any] = self.train.model_dump(exclude={"require_signal"})
-        explicit = {k: data["rollout"][k] for k in self.train.rollout.model_fields_set}
-        rollout = {**data["rollout"], **self.rollout, **explicit}  # [train.rollout] wins
         data.update(
             model=self.model,
             suite=self.suite,
@@ -148,7 +162,6 @@ class StudyConfig(Section):
             root=self.root,
             run_id=run_id,
             keep_checkpoints=1,
-            rollout=rollout,
         )
         for key, value in ARM_OVERRIDES[arm].items():
             data[key] = {**data[key], **value} if isinstance(value, dict) else value

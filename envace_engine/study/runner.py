@@ -3,8 +3,8 @@
 Order: the arms one after another (each an ``envace train`` run with a checkpoint every step, so a
 kill loses at most the step in flight and a resumed arm repeats none: the step is redone from the
 same checkpoint, seeds and task position, and its stored output is replaced whole), then the
-held-out evaluations (``base``, ``sft``, each finished arm's last checkpoint; with
-``eval.retired`` also the earlier runs of a redone arm), then the report.
+held-out evaluations (``base``, ``sft``, each finished arm's last checkpoint, then the earlier
+runs of redone arms named in ``eval.retired``), then the report.
 ``study.json`` (``state``) records each finished unit the moment it finishes.
 
 An arm that diverges — a NaN loss, or no row with a non-zero advantage in any step (no reward
@@ -149,6 +149,7 @@ def run_study(
     state = StudyState.load(study_dir) or StudyState(study_id)
     for arm in config.arms:
         state.arms.setdefault(arm, ArmState(run_id=f"{study_id}--{arm}"))
+    check_retired(config, state)  # before any arm trains: a typo fails now, not hours later
 
     def save() -> None:
         state.save(study_dir)
@@ -212,20 +213,32 @@ def train_arm(
 
 
 def checkpoints(config: StudyConfig, state: StudyState, sinks: RunSinks) -> list[tuple[str, str]]:
-    """(name, model) of every checkpoint to evaluate: base, sft, each finished arm, then with
-    ``eval.retired`` the last checkpoint of each earlier run of a redone arm (``<arm>-rK``)."""
+    """(name, model) of every checkpoint to evaluate: base, sft, each finished arm, then the
+    last checkpoint of each earlier run named in ``eval.retired`` (``<arm>-rK``: the K-th run
+    of that arm)."""
     from envace_engine.training.checkpoint import latest
 
+    check_retired(config, state)
     out = [("base", config.base_model)] if config.eval.base else []
     out.append(("sft", config.model))
     out += [(arm, state.arms[arm].checkpoint) for arm in config.arms if state.arms[arm].checkpoint]
-    if config.eval.retired:
-        for arm in config.arms:
-            for k, run_id in enumerate(state.arms[arm].retired, start=1):
-                found = latest(sinks.path(run_id))
-                if found is not None:
-                    out.append((f"{arm}-r{k}", str(found)))
+    for arm in config.arms:
+        for k, run_id in enumerate(state.arms[arm].retired, start=1):
+            found = latest(sinks.path(run_id)) if run_id in config.eval.retired else None
+            if found is not None:
+                out.append((f"{arm}-r{k}", str(found)))
     return out
+
+
+def check_retired(config: StudyConfig, state: StudyState) -> None:
+    """Every run in ``eval.retired`` must be an earlier run of one of the study's arms."""
+    known = [run for arm in config.arms for run in state.arms[arm].retired]
+    unknown = [run for run in config.eval.retired if run not in known]
+    if unknown:
+        raise ValueError(
+            f"eval.retired names {', '.join(unknown)}: not an earlier run of an arm of this "
+            f"study (its earlier runs: {', '.join(known) or 'none'})"
+        )
 
 
 def evaluate_all(
