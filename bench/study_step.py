@@ -1,14 +1,17 @@
-"""Seconds per step of one study arm: bf16 (sampler GEMMs and trainer autocast) vs fp32.
+"""Seconds per step of one study arm: bf16 (sampler GEMMs and trainer autocast) vs fp32, and
+packed vs separate act rows.
 
 The workload is the arm as ``envace study`` trains it: ``--config`` (default
 ``configs/study-toy.toml``, whose SFT checkpoint must exist) and ``--arm`` (default ``envace``)
-give the ``TrainConfig`` through ``StudyConfig.arm_config``, with the held-out probes off. Two
-variants, each in its own fresh subprocess so neither inherits the other's heap or oneDNN
-caches, alternating order round by round:
+give the ``TrainConfig`` through ``StudyConfig.arm_config``, with the held-out probes off. Three
+variants, each in its own fresh subprocess so none inherits another's heap or oneDNN caches,
+their order rotating round by round:
 
 * ``bf16`` — the study's settings: ``[rollout] sampler_dtype = "auto"`` (bf16 GEMMs where the
-  CPU has a native bf16 unit) and ``bf16 = true`` (autocast, fp32 master weights and AdamW);
-* ``fp32`` — ``sampler_dtype = "float32"`` and ``bf16 = false``: the engine before bf16.
+  CPU has a native bf16 unit) and ``bf16 = true`` (autocast, fp32 master weights and AdamW),
+  an episode's nested act rows scored as one sequence (``pack_episodes``);
+* ``fp32`` — ``sampler_dtype = "float32"`` and ``bf16 = false``: the engine before bf16;
+* ``unpacked`` — ``bf16`` with ``pack_episodes = false``: every row its own sequence.
 
 Both start from the same checkpoint with the same seeds and tasks, so they roll out the same
 prompts; the sampled continuations differ only through numerics, and the JSON reports each
@@ -17,8 +20,10 @@ variant's sampled tokens per second beside its step time so a difference in leng
 Prints one JSON object as the last line: medians over every step of every round of
 ``step_s``, ``rollout_s`` and ``train_s`` per variant, ``ratio`` = bf16 / fp32 median step
 time (< 1: bf16 is faster), ``rollout_ratio`` and ``train_ratio`` the same for the two parts,
-each variant's peak RSS (``ru_maxrss`` of its child) and its ``compute_dtype``. ``--quick``:
-the ``tiny`` model, 2 tasks x group 2, short replies, 1 step, 1 round.
+``pack_ratio`` / ``pack_train_ratio`` = bf16 / unpacked step and training time, the median
+``forward_tokens`` per step of each variant (what packing saves), each variant's peak RSS
+(``ru_maxrss`` of its child) and its ``compute_dtype``. ``--quick``: the ``tiny`` model,
+2 tasks x group 2, short replies, 1 step, 1 round.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 VARIANTS = {
     "bf16": ("bf16=true", 'rollout.sampler_dtype="auto"'),
     "fp32": ("bf16=false", 'rollout.sampler_dtype="float32"'),
+    "unpacked": ("bf16=true", 'rollout.sampler_dtype="auto"', "pack_episodes=false"),
 }
 QUICK = (
     'model="tiny"',
@@ -54,7 +60,13 @@ QUICK = (
     "rollout.max_new_tokens_act=8",
     "rollout.max_new_tokens_rehearse=8",
 )
-PERF = ("perf/step_s", "perf/rollout_s", "perf/train_s", "perf/tokens_per_s")
+PERF = (
+    "perf/step_s",
+    "perf/rollout_s",
+    "perf/train_s",
+    "perf/tokens_per_s",
+    "optim/forward_tokens",
+)
 
 
 def _arm_config(args: argparse.Namespace, variant: str):
@@ -115,13 +127,16 @@ def summarize(runs: list[dict]) -> dict:
         mine = [r for r in runs if r["variant"] == variant]
         for key in PERF:
             values = [s[key] for r in mine for s in r["steps"] if key in s]
-            out[f"{variant}_{key.split('/')[1]}"] = round(statistics.median(values), 3)
+            # a step with nothing scorable trains nothing and reports no forward tokens
+            out[f"{variant}_{key.split('/')[1]}"] = round(statistics.median(values or [0.0]), 3)
         out[f"{variant}_peak_rss_mb"] = max(r["peak_rss_mb"] for r in mine)
         out[f"{variant}_compute_dtype"] = mine[0]["compute_dtype"]
     out["ratio"] = round(out["bf16_step_s"] / out["fp32_step_s"], 3)
     out["rollout_ratio"] = round(out["bf16_rollout_s"] / out["fp32_rollout_s"], 3)
     out["train_ratio"] = round(out["bf16_train_s"] / out["fp32_train_s"], 3)
     out["rss_ratio"] = round(out["bf16_peak_rss_mb"] / out["fp32_peak_rss_mb"], 3)
+    out["pack_ratio"] = round(out["bf16_step_s"] / out["unpacked_step_s"], 3)
+    out["pack_train_ratio"] = round(out["bf16_train_s"] / out["unpacked_train_s"], 3)
     return out
 
 
@@ -132,7 +147,7 @@ def main() -> None:
     parser.add_argument("--config", default="configs/study-toy.toml", help="study config")
     parser.add_argument("--arm", default="envace", help="the arm whose step is timed")
     parser.add_argument("--steps", type=int, default=3, help="steps per child")
-    parser.add_argument("--rounds", type=int, default=1, help="bf16/fp32 pairs, order alternating")
+    parser.add_argument("--rounds", type=int, default=1, help="runs of every variant, rotating")
     parser.add_argument("--child", choices=sorted(VARIANTS), help=argparse.SUPPRESS)
     add_record_flag(parser)
     args = parser.parse_args()
@@ -142,9 +157,10 @@ def main() -> None:
         print(json.dumps(_child(args)))
         return
     runs = []
+    names = list(VARIANTS)
     for round_ in range(args.rounds):
-        order = list(VARIANTS) if round_ % 2 == 0 else list(VARIANTS)[::-1]
-        for variant in order:
+        shift = round_ % len(names)
+        for variant in names[shift:] + names[:shift]:
             runs.append({**_run_child(variant, args), "round": round_})
             print(json.dumps(runs[-1]), file=sys.stderr)
     summary = {"config": args.config, "arm": args.arm, "steps": args.steps, "quick": args.quick}

@@ -231,6 +231,11 @@ class TrainConfig(Section):
         description="run a micro-batch's common prompt prefix through the model once (same "
         "loss and gradients; ignored under FSDP)",
     )
+    pack_episodes: bool = Field(
+        True,
+        description="score the nested act rows of one episode in one sequence (same loss and "
+        "gradients, fewer tokens: batching.Unit)",
+    )
     checkpoint_every: int = Field(10, ge=1, description="save a checkpoint every k steps")
     keep_checkpoints: int = Field(2, ge=1, description="newest checkpoints kept on disk")
     root: str | None = Field(

@@ -59,14 +59,16 @@ class LossInputs:
     def from_batch(
         cls, batch: Batch, logprobs: torch.Tensor, ref_logprobs: torch.Tensor | None = None
     ) -> LossInputs:
-        """Pair a collated batch with the policy's (and reference's) log-probs for it."""
+        """Pair a collated batch with the policy's (and reference's) ``[B, L]`` log-probs for
+        it, as per-row ``[R, C]`` tensors (``Batch.rows_view``: one row per training row, also
+        when several rows share one packed sequence)."""
         return cls(
-            logprobs=logprobs,
-            old_logprobs=batch.old_logprobs,
+            logprobs=batch.rows_view(logprobs),
+            old_logprobs=batch.rows_view(batch.old_logprobs),
             advantages=batch.advantages,
-            mask=batch.completion_mask,
+            mask=batch.row_mask,
             role_ids=batch.role_ids,
-            ref_logprobs=ref_logprobs,
+            ref_logprobs=None if ref_logprobs is None else batch.rows_view(ref_logprobs),
         )
 
 

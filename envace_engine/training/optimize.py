@@ -54,7 +54,12 @@ def optimize(parts: Parts, rows: list[TrainRow], advantages: list[float]) -> dic
     if live:
         share = cfg.share_prefix and parts.sharded is None  # FSDP runs whole rows
         batches = micro_batches(
-            [r for r, _ in live], [a for _, a in live], pad, cfg.micro_batch_tokens, share
+            [r for r, _ in live],
+            [a for _, a in live],
+            pad,
+            cfg.micro_batch_tokens,
+            share,
+            cfg.pack_episodes,
         )
     padding = _padding_count(parts, len(batches))  # agreed before any FSDP collective runs
     for batch in batches:
@@ -83,6 +88,9 @@ def optimize(parts: Parts, rows: list[TrainRow], advantages: list[float]) -> dic
         "optim/micro_batches": float(len(batches)),
         "optim/padding_micro_batches": float(padding),
         "optim/rows_forward": float(len(live)),
+        "optim/forward_tokens": float(
+            sum(b.input_ids.numel() + b.prefix_ids.numel() for b in batches)
+        ),
         **(gaps.metrics() if gaps.tokens else {}),
         **flat,
     }
