@@ -58,10 +58,26 @@ def test_bad_study_configs_name_the_problem():
         build(StudyConfig, {"model": "tiny", "train": {"stpes": 3}})
 
 
+def _sft_checkpoint(folder: Path) -> Path:
+    """The tiny model saved as a checkpoint whose prompt record differs from the defaults
+    (ungrounded rehearse prompts), so an arm that lost the record on --resume would train on
+    other prompts than the uninterrupted study's and the two reports would differ."""
+    from envace_engine.config import RolloutSettings, write_prompt_settings
+    from envace_engine.models import load_model, load_tokenizer, resolve
+
+    spec = resolve("tiny")
+    load_model(spec).save_pretrained(folder)
+    load_tokenizer(spec).save_pretrained(folder)
+    record = RolloutSettings(grounded_rehearsal=False, n_examples=0, rehearse_history=False)
+    write_prompt_settings(folder, record)
+    return folder
+
+
 @pytest.mark.slow
 def test_tiny_study_runs_every_arm_and_a_killed_study_resumes_to_the_same_report(tmp_path):
     whole, broken = tmp_path / "whole", tmp_path / "broken"
-    done = _study(whole, "--config", str(TINY))
+    sft = f"model={_sft_checkpoint(tmp_path / 'sft')}"
+    done = _study(whole, "--config", str(TINY), "--set", sft)
     assert done.wait(timeout=600) == 0, done.stdout.read().decode()[-3000:]
     report = _report(whole)
     assert {a["status"] for a in report["arms"].values()} == {"done"}
@@ -75,7 +91,7 @@ def test_tiny_study_runs_every_arm_and_a_killed_study_resumes_to_the_same_report
     _bundle_installs(whole / "runs" / "study-tiny", tmp_path)
 
     # kill -9 once the first arm has finished a step, then resume
-    proc = _study(broken, "--config", str(TINY))
+    proc = _study(broken, "--config", str(TINY), "--set", sft)
     state = broken / "runs" / "study-tiny" / "study.json"
     deadline = time.time() + 300
     while time.time() < deadline:
@@ -87,6 +103,9 @@ def test_tiny_study_runs_every_arm_and_a_killed_study_resumes_to_the_same_report
     resumed = _study(broken, "--resume", "study-tiny")
     assert resumed.wait(timeout=600) == 0, resumed.stdout.read().decode()[-3000:]
     assert _stable(_report(broken)) == _stable(report)
+    for arm in ARMS:  # every arm, also those started after the resume, used the record
+        manifest = json.loads((broken / "runs" / f"study-tiny--{arm}" / "run.json").read_text())
+        assert manifest["config"]["rollout"]["grounded_rehearsal"] is False, arm
     # the killed process's time was banked step by step, not lost with it
     assert all(a["seconds"] > 0 for a in _report(broken)["arms"].values())
 
