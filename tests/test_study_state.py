@@ -69,6 +69,10 @@ def test_resume_may_change_only_eval_settings_and_records_them(tmp_path, monkeyp
     config = build(StudyConfig, {"model": "tiny"}).model_dump(mode="json")
     with RunWriter.create(tmp_path, "study", model="tiny", config=config, run_id="st"):
         pass
+    result = runner.invoke(app, ["study", "--resume", "st", "--config", "configs/study-tiny.toml"])
+    assert (
+        result.exit_code == 2 and "a resumed study keeps the config its run.json" in result.output
+    )
     result = runner.invoke(app, ["study", "--resume", "st", "--set", "train.steps=3"])
     assert result.exit_code == 2 and "--set train.steps: a resumed study keeps" in result.output
     result = runner.invoke(app, ["study", "--resume", "st", "--set", "eval.select_budgets=[1]"])

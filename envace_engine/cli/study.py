@@ -96,7 +96,11 @@ def _study_config(
     if manifest.kind != "study":
         raise ConfigError(f"--resume {resume}: {path} is a {manifest.kind} run, not a study")
     if config:
-        return load(StudyConfig, config, overrides), path
+        raise ConfigError(
+            f"--resume {resume} --config {config}: a resumed study keeps the config its run.json "
+            "records (its arms were trained with it); change its evaluation with "
+            "--set eval.KEY=VALUE, or start a new study with --config alone"
+        )
     fixed = [o.split("=", 1)[0].strip() for o in overrides]
     fixed = [key for key in fixed if not key.startswith(RESUMABLE)]
     if fixed:
