@@ -22,7 +22,10 @@ Prints one JSON object as the last line: medians over every step of every round 
 time (< 1: bf16 is faster), ``rollout_ratio`` and ``train_ratio`` the same for the two parts,
 ``pack_ratio`` / ``pack_train_ratio`` = bf16 / unpacked step and training time, the median
 ``forward_tokens`` per step of each variant (what packing saves), each variant's peak RSS
-(``ru_maxrss`` of its child) and its ``compute_dtype``. ``--quick``: the ``tiny`` model,
+(``ru_maxrss`` of its child) and its ``compute_dtype``. Because the variants' rollouts diverge
+after step 0, their steps train different numbers of tokens; ``{variant}_train_ms_per_token``
+(median over steps of training time per forward token) and ``train_token_ratio`` (bf16 / fp32
+of it) compare the trainer's speed itself. ``--quick``: the ``tiny`` model,
 2 tasks x group 2, short replies, 1 step, 1 round.
 """
 
@@ -129,11 +132,22 @@ def summarize(runs: list[dict]) -> dict:
             values = [s[key] for r in mine for s in r["steps"] if key in s]
             # a step with nothing scorable trains nothing and reports no forward tokens
             out[f"{variant}_{key.split('/')[1]}"] = round(statistics.median(values or [0.0]), 3)
+        per_token = [
+            1000 * s["perf/train_s"] / s["optim/forward_tokens"]
+            for r in mine
+            for s in r["steps"]
+            if s.get("optim/forward_tokens") and "perf/train_s" in s
+        ]
+        out[f"{variant}_train_ms_per_token"] = round(statistics.median(per_token or [0.0]), 4)
         out[f"{variant}_peak_rss_mb"] = max(r["peak_rss_mb"] for r in mine)
         out[f"{variant}_compute_dtype"] = mine[0]["compute_dtype"]
     out["ratio"] = round(out["bf16_step_s"] / out["fp32_step_s"], 3)
     out["rollout_ratio"] = round(out["bf16_rollout_s"] / out["fp32_rollout_s"], 3)
     out["train_ratio"] = round(out["bf16_train_s"] / out["fp32_train_s"], 3)
+    fp32_per_token = out["fp32_train_ms_per_token"]
+    out["train_token_ratio"] = (
+        round(out["bf16_train_ms_per_token"] / fp32_per_token, 3) if fp32_per_token else None
+    )
     out["rss_ratio"] = round(out["bf16_peak_rss_mb"] / out["fp32_peak_rss_mb"], 3)
     out["pack_ratio"] = round(out["bf16_step_s"] / out["unpacked_step_s"], 3)
     out["pack_train_ratio"] = round(out["bf16_train_s"] / out["unpacked_train_s"], 3)
