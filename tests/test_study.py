@@ -79,6 +79,7 @@ def test_tiny_study_runs_every_arm_and_a_killed_study_resumes_to_the_same_report
     sft = f"model={_sft_checkpoint(tmp_path / 'sft')}"
     done = _study(whole, "--config", str(TINY), "--set", sft)
     assert done.wait(timeout=600) == 0, done.stdout.read().decode()[-3000:]
+    _assert_each_arm_evaluated_before_the_next_trains(done.stdout.read().decode())
     report = _report(whole)
     assert {a["status"] for a in report["arms"].values()} == {"done"}
     names = {r["checkpoint"] for r in report["table"]}
@@ -108,6 +109,17 @@ def test_tiny_study_runs_every_arm_and_a_killed_study_resumes_to_the_same_report
         assert manifest["config"]["rollout"]["grounded_rehearsal"] is False, arm
     # the killed process's time was banked step by step, not lost with it
     assert all(a["seconds"] > 0 for a in _report(broken)["arms"].values())
+
+
+def _assert_each_arm_evaluated_before_the_next_trains(log: str) -> None:
+    """The study's order (study.runner): sft's evaluation, then each arm and its evaluation,
+    then base — so a study stopped part-way has finished arms, not only trained ones."""
+    units = [ln.split(":")[0] for ln in log.splitlines() if ln.startswith(("eval ", "arm "))]
+    units = [u for i, u in enumerate(units) if u not in units[:i]]
+    expected = ["eval sft"]
+    for arm in ARMS:
+        expected += [f"arm {arm}", f"eval {arm}"]
+    assert units == [*expected, "eval base"], units
 
 
 def _bundle_installs(study: Path, tmp_path: Path) -> None:

@@ -106,3 +106,21 @@ def test_costs_by_hand():
     text = markdown(build_report(config, state))
     assert "| envace | done | 40 | 0.5 | 1.0 | 20.0 |  |" in text
     assert "Evaluation minutes per checkpoint: sft 0.1" in text
+
+
+def test_table_keeps_the_papers_order_after_a_save_and_load(tmp_path: Path):
+    """study.json is written with sorted keys; the table still reads base, sft, the arms, and
+    within each checkpoint N = 0, the configured modes by budget, then select."""
+    config = build(StudyConfig, {"model": "tiny", "eval": {"bootstrap": 100}})
+    study_state(config).save(tmp_path)
+    loaded = StudyState.load(tmp_path)
+    assert loaded is not None
+    rows = build_report(config, loaded)["table"]
+    names = list(dict.fromkeys(r["checkpoint"] for r in rows))
+    order = ["base", "sft", *config.arms]
+    assert names == [n for n in order if n in names]
+    for name in names:
+        settings = [(r["mode"], r["budget"]) for r in rows if r["checkpoint"] == name]
+        modes = ["none", *config.eval.modes, "select"]
+        assert settings == sorted(settings, key=lambda s: (modes.index(s[0]), s[1])), name
+        assert settings[0] == ("none", 0)

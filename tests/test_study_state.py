@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from typer.testing import CliRunner
 
@@ -136,3 +138,25 @@ def test_arms_keep_the_checkpoints_prompt_settings_across_a_resume(tmp_path):
     resumed = build(StudyConfig, fresh.model_dump(mode="json"))
     for arm in ("envace", "real-grpo", "act-only", "shared-baseline"):
         assert resumed.arm_config(arm, "r") == fresh.arm_config(arm, "r"), arm
+
+
+def test_a_study_refuses_a_starting_checkpoint_other_than_its_own(tmp_path: Path):
+    """The digest of the starting checkpoint is recorded once; a rebuilt checkpoint with other
+    weights is refused by name, the same bytes pass, and a registry model has no digest."""
+    from envace_engine.study.runner import StartChanged, check_start
+
+    ckpt = tmp_path / "model"
+    ckpt.mkdir()
+    (ckpt / "model.safetensors").write_bytes(b"weights-a")
+    state = StudyState("s")
+    check_start(str(ckpt), state)
+    recorded = state.start_digest
+    assert len(recorded) == 64
+    check_start(str(ckpt), state)  # same bytes: fine
+    (ckpt / "model.safetensors").write_bytes(b"weights-b")
+    with pytest.raises(StartChanged, match=r"not the checkpoint this study started from"):
+        check_start(str(ckpt), state)
+    assert state.start_digest == recorded
+    fresh = StudyState("t")
+    check_start("tiny", fresh)
+    assert fresh.start_digest == ""

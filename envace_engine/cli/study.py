@@ -125,7 +125,8 @@ def study(
     """Run (or --resume) the study of a config; see `envace study report` for its report."""
     if ctx.invoked_subcommand is not None:
         return
-    from envace_engine.study.runner import redo_arms, run_study
+    from envace_engine.study.runner import StartChanged, check_start, redo_arms, run_study
+    from envace_engine.study.state import StudyState
     from storage.shards import RunWriter
 
     try:
@@ -139,6 +140,11 @@ def study(
             redo_arms(cfg, folder, redo, typer.echo)
         except ValueError as err:
             raise typer.BadParameter(str(err), param_hint="--redo") from err
+    if folder is not None:  # before the writer opens: a changed start marks nothing failed
+        try:
+            check_start(cfg.model, StudyState.load(folder) or StudyState(folder.name))
+        except StartChanged as err:
+            raise typer.BadParameter(str(err), param_hint="model") from err
     root = data_root(cfg.root)
     if folder is None:
         writer = RunWriter.create(

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from envace_engine.study.config import StudyConfig
-from envace_engine.study.state import CheckpointEval, StudyState
+from envace_engine.study.state import CheckpointEval, SettingResult, StudyState
 from envace_engine.study.stats import Estimate, bootstrap_mean, paired_difference
 
 REPORT_JSON = "report.json"
@@ -67,12 +67,31 @@ class Builder:
         result = record.settings.get(PLAIN) if record else None
         return result.success if result else None
 
+    def evals(self) -> list[tuple[str, CheckpointEval]]:
+        """The evaluated checkpoints in the paper's order — base, sft, the arms as configured,
+        then the rest (earlier runs of redone arms) by name — whatever order ``study.json``
+        keeps them in (it is written with sorted keys)."""
+        first = ["base", "sft", *self.config.arms]
+        rank = {name: i for i, name in enumerate(first)}
+        return sorted(self.state.evals.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0]))
+
+    def settings(self, record: CheckpointEval) -> list[tuple[str, SettingResult]]:
+        """A checkpoint's settings in the plan's order (study.evaluation.plan_settings): N = 0,
+        then each configured mode by ascending budget, then select."""
+        modes = ["none", *self.config.eval.modes, "select"]
+
+        def key(item: tuple[str, SettingResult]) -> tuple[int, int, str]:
+            mode = item[1].mode
+            return (modes.index(mode) if mode in modes else len(modes), item[1].budget, item[0])
+
+        return sorted(record.settings.items(), key=key)
+
     def table(self) -> list[dict[str, Any]]:
         """One row per (checkpoint, setting): success, Δ vs N = 0, costs."""
         rows = []
-        for name, record in self.state.evals.items():
+        for name, record in self.evals():
             base = self.plain(name)
-            for label, result in record.settings.items():
+            for label, result in self.settings(record):
                 tasks = sorted(result.success)
                 row = {
                     "checkpoint": name,
@@ -98,7 +117,7 @@ class Builder:
     def world(self) -> list[dict[str, Any]]:
         """Per checkpoint: fidelity, real-response NLL, success real vs rehearsed, the gap."""
         rows = []
-        for name, record in self.state.evals.items():
+        for name, record in self.evals():
             fid, real = record.fidelity, self.plain(name)
             if fid is None:
                 continue
@@ -135,7 +154,7 @@ class Builder:
             }
             total += max(arm.seconds, sum(steps))
         evals: dict[str, float] = {}
-        for name, record in self.state.evals.items():
+        for name, record in self.evals():
             fid = record.fidelity.wall_s if record.fidelity is not None else 0.0
             evals[name] = sum(r.wall_s for r in record.settings.values()) + fid
         total += sum(evals.values())

@@ -1,11 +1,13 @@
 """``run_study``: train every arm, evaluate every checkpoint, write the report — resumably.
 
-Order: the arms one after another (each an ``envace train`` run with a checkpoint every step, so a
-kill loses at most the step in flight and a resumed arm repeats none: the step is redone from the
-same checkpoint, seeds and task position, and its stored output is replaced whole), then the
-held-out evaluations (``base``, ``sft``, each finished arm's last checkpoint, then the earlier
-runs of redone arms named in ``eval.retired``), then the report.
-``study.json`` (``state``) records each finished unit the moment it finishes.
+Order: the held-out evaluation of ``sft``; then the arms one after another, each followed by the
+evaluation of its last checkpoint (each arm an ``envace train`` run with a checkpoint every step,
+so a kill loses at most the step in flight and a resumed arm repeats none: the step is redone from
+the same checkpoint, seeds and task position, and its stored output is replaced whole); then
+``base`` and the earlier runs of redone arms named in ``eval.retired``; then the report. Each arm's
+results are complete before the next arm starts, so a study stopped part-way already answers the
+claims about the arms it has finished. ``study.json`` (``state``) records each finished unit the
+moment it finishes, and the process hands freed memory back to the system after each one.
 
 An arm that diverges — a NaN loss, or no row with a non-zero advantage in any step (no reward
 variance anywhere: nothing to learn) — is marked failed with that reason; the others go on and
@@ -14,6 +16,7 @@ the report shows it. A programmer error still raises.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import time
@@ -77,6 +80,10 @@ class RunSinks(Protocol):
     ) -> AbstractContextManager[Sink]:
         """A sink writing run ``run_id`` (created, or reopened to continue it)."""
         ...
+
+
+class StartChanged(ValueError):
+    """The starting checkpoint is not the one the study started from."""
 
 
 class ArmDiverged(RuntimeError):
@@ -147,6 +154,7 @@ def run_study(
     resolve(config.model)  # a missing SFT checkpoint fails here, naming the path
     study_id = Path(study_dir).name
     state = StudyState.load(study_dir) or StudyState(study_id)
+    check_start(config.model, state)
     for arm in config.arms:
         state.arms.setdefault(arm, ArmState(run_id=f"{study_id}--{arm}"))
     check_retired(config, state)  # before any arm trains: a typo fails now, not hours later
@@ -159,13 +167,52 @@ def run_study(
         write_report(build_report(config, state), study_dir)
 
     save()
+    plan = make_plan(config)
+    evaluate_checkpoint(config, state, plan, ("sft", config.model), sinks, save, log)
+    publish()
     for arm in config.arms:
         train_arm(config, arm, state, sinks, save, log)
         publish()
-    evaluate_all(config, state, sinks, save, log, publish)
+        release_memory()
+        if state.arms[arm].checkpoint:
+            evaluate_checkpoint(
+                config, state, plan, (arm, state.arms[arm].checkpoint), sinks, save, log
+            )
+            publish()
+    evaluate_all(config, state, sinks, save, log, publish)  # base, retired, settings added since
     state.status = "done"
     publish()
     return state
+
+
+def digest(model: str) -> str:
+    """sha256 over a local checkpoint's weight files (name and bytes, in name order); ``""``
+    for a registry model (its weights come from an installed package)."""
+    import hashlib
+
+    folder = Path(model)
+    files = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.name.encode())
+        with f.open("rb") as stream:
+            while chunk := stream.read(1 << 24):
+                h.update(chunk)
+    return h.hexdigest() if files else ""
+
+
+def check_start(model: str, state: StudyState) -> None:
+    """Record the starting checkpoint's digest, or check it against the recorded one: arms
+    that start later (a resumed study, one whose data folder was restored from a copy without
+    checkpoints and whose SFT checkpoint was rebuilt) must start where the first ones did."""
+    found = digest(model)
+    if state.start_digest and found != state.start_digest:
+        raise StartChanged(
+            f"{model}: its weights (sha256 {found[:12] or 'none'}) are not the checkpoint this "
+            f"study started from ({state.start_digest[:12]}); rebuild that one (the SFT recipe "
+            "is deterministic on one machine type) or start a new study with --config"
+        )
+    state.start_digest = found
 
 
 def train_arm(
@@ -251,33 +298,63 @@ def evaluate_all(
 ) -> None:
     """Evaluate every checkpoint at every setting, then in its rehearsed world (resumable)."""
     plan = make_plan(config)
-    for name, model in checkpoints(config, state, sinks):
-        suffix = _redo_suffix(state, name)
-        record = state.evals.setdefault(
-            name, CheckpointEval(model, f"{state.study_id}--eval-{name}{suffix}")
-        )
-        if len(record.settings) == len(plan.settings) and record.fidelity is not None:
-            continue
-        log(f"eval {name}: {model}")
-        policy = load_policy(name, model, config)
-        here = plan
-        if name == "base":
-            rollout = dataclasses.replace(plan.rollout, n_examples=config.eval.base_examples)
-            here = dataclasses.replace(plan, rollout=rollout)
-        meta = {"study": state.study_id, "checkpoint": name}
+    for name_model in checkpoints(config, state, sinks):
+        if evaluate_checkpoint(config, state, plan, name_model, sinks, save, log):
+            publish()
 
-        def keep(result: Any, record: CheckpointEval = record) -> None:
-            record.settings[result.label] = result
-            save()
 
-        with sinks.open(record.run_id, "sweep", model, meta) as sink:
-            evaluate_settings(policy, here, sink, list(record.settings), keep)
-        if record.fidelity is None:
-            fid_id = f"{state.study_id}--fidelity-{name}{suffix}"
-            with sinks.open(fid_id, "eval", model, meta) as sink:
-                record.fidelity = evaluate_fidelity(policy, here, sink)
-        publish()
-        del policy
+def evaluate_checkpoint(
+    config: StudyConfig,
+    state: StudyState,
+    plan: EvalPlan,
+    name_model: tuple[str, str],
+    sinks: RunSinks,
+    save: Callable[[], None],
+    log: Callable[[str], None],
+) -> bool:
+    """Evaluate one checkpoint at the settings it lacks, then in its rehearsed world; False
+    when it had everything already."""
+    name, model = name_model
+    suffix = _redo_suffix(state, name)
+    record = state.evals.setdefault(
+        name, CheckpointEval(model, f"{state.study_id}--eval-{name}{suffix}")
+    )
+    if len(record.settings) == len(plan.settings) and record.fidelity is not None:
+        return False
+    log(f"eval {name}: {model}")
+    policy = load_policy(name, model, config)
+    here = plan
+    if name == "base":
+        rollout = dataclasses.replace(plan.rollout, n_examples=config.eval.base_examples)
+        here = dataclasses.replace(plan, rollout=rollout)
+    meta = {"study": state.study_id, "checkpoint": name}
+
+    def keep(result: Any) -> None:
+        record.settings[result.label] = result
+        save()
+
+    with sinks.open(record.run_id, "sweep", model, meta) as sink:
+        evaluate_settings(policy, here, sink, list(record.settings), keep)
+    if record.fidelity is None:
+        fid_id = f"{state.study_id}--fidelity-{name}{suffix}"
+        with sinks.open(fid_id, "eval", model, meta) as sink:
+            record.fidelity = evaluate_fidelity(policy, here, sink)
+    del policy
+    release_memory()
+    return True
+
+
+def release_memory() -> None:
+    """Collect garbage and return the allocator's free pages to the system (glibc
+    ``malloc_trim``). A study trains and evaluates several checkpoints in one process: one that
+    had trained two arms was stopped by the kernel's OOM killer at 24 GB resident in an
+    evaluation that a fresh process ran at ~17 GB peak."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def _redo_suffix(state: StudyState, name: str) -> str:

@@ -83,6 +83,7 @@ class StudyState:
     curves: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)  # arm/step/name
     evals: dict[str, CheckpointEval] = field(default_factory=dict)
     status: str = "running"
+    start_digest: str = ""  # sha256 of the starting checkpoint's weights (``runner.digest``)
 
     def redo(self, arm: str) -> ArmState:
         """Start ``arm`` again in a new run, from the start: its curves and its evaluation go,
@@ -130,4 +131,5 @@ def from_dict(body: dict[str, Any]) -> StudyState:
         curves=body.get("curves", {}),
         evals=evals,
         status=body.get("status", "running"),
+        start_digest=body.get("start_digest", ""),
     )
