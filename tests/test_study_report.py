@@ -124,3 +124,6 @@ def test_table_keeps_the_papers_order_after_a_save_and_load(tmp_path: Path):
         modes = ["none", *config.eval.modes, "select"]
         assert settings == sorted(settings, key=lambda s: (modes.index(s[0]), s[1])), name
         assert settings[0] == ("none", 0)
+    report = build_report(config, loaded)
+    assert [a for a in report["arms"] if a in config.arms] == list(config.arms)
+    assert list(report["costs"]["arms"]) == list(report["arms"])

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from envace_engine.study.config import StudyConfig
-from envace_engine.study.state import CheckpointEval, SettingResult, StudyState
+from envace_engine.study.state import ArmState, CheckpointEval, SettingResult, StudyState
 from envace_engine.study.stats import Estimate, bootstrap_mean, paired_difference
 
 REPORT_JSON = "report.json"
@@ -74,6 +74,11 @@ class Builder:
         first = ["base", "sft", *self.config.arms]
         rank = {name: i for i, name in enumerate(first)}
         return sorted(self.state.evals.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0]))
+
+    def arms(self) -> list[tuple[str, ArmState]]:
+        """The study's arms in the config's order (``study.json`` keeps them sorted by name)."""
+        rank: dict[str, int] = {name: i for i, name in enumerate(self.config.arms)}
+        return sorted(self.state.arms.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0]))
 
     def settings(self, record: CheckpointEval) -> list[tuple[str, SettingResult]]:
         """A checkpoint's settings in the plan's order (study.evaluation.plan_settings): N = 0,
@@ -144,7 +149,7 @@ class Builder:
         checkpoint the evaluation's wall time, and the total in hours."""
         arms: dict[str, dict[str, float | None]] = {}
         total = 0.0
-        for name, arm in self.state.arms.items():
+        for name, arm in self.arms():
             points = self.state.curves.get(name, {}).values()
             steps = [p["perf/step_s"] for p in points if "perf/step_s" in p]
             arms[name] = {
@@ -342,7 +347,7 @@ def build_report(config: StudyConfig, state: StudyState) -> dict[str, Any]:
         "cost": config.cost,
         "eval": config.eval.model_dump(mode="json"),
         "steps": config.train.steps,
-        "arms": {k: _portable(vars(v)) for k, v in state.arms.items()},
+        "arms": {k: _portable(vars(v)) for k, v in b.arms()},
         "table": b.table(),
         "world": b.world(),
         "curves": state.curves,
