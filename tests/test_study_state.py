@@ -160,3 +160,17 @@ def test_a_study_refuses_a_starting_checkpoint_other_than_its_own(tmp_path: Path
     fresh = StudyState("t")
     check_start("tiny", fresh)
     assert fresh.start_digest == ""
+
+
+def test_an_arm_whose_checkpoints_were_lost_starts_again_cleanly():
+    from envace_engine.study.runner import forget_lost_steps
+
+    state = StudyState("s", arms={"envace": ArmState("s--envace", "running", 7, seconds=420.0)})
+    state.curves["envace"] = {"0": {"loss": 1.0}, "6": {"loss": 0.5}}
+    logged: list[str] = []
+    forget_lost_steps(state, "envace", True, logged.append)  # checkpoint there: untouched
+    assert state.arms["envace"].steps_done == 7 and "envace" in state.curves and not logged
+    forget_lost_steps(state, "envace", False, logged.append)
+    arm = state.arms["envace"]
+    assert (arm.steps_done, arm.seconds) == (0, 0.0) and "envace" not in state.curves
+    assert "7 steps" in logged[0]

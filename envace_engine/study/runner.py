@@ -215,6 +215,19 @@ def check_start(model: str, state: StudyState) -> None:
     state.start_digest = found
 
 
+def forget_lost_steps(
+    state: StudyState, arm: str, has_checkpoint: bool, log: Callable[[str], None]
+) -> None:
+    """An arm recorded as part-trained whose run has no checkpoint (its data folder was lost,
+    the study restored from a copy of ``study.json``) starts again from step 0: its partial
+    curve and banked time go, so the new run's steps are neither mixed with nor added to them."""
+    record = state.arms[arm]
+    if record.steps_done and not has_checkpoint:
+        log(f"arm {arm}: no checkpoint for its {record.steps_done} steps; it starts again")
+        record.steps_done, record.seconds = 0, 0.0
+        state.curves.pop(arm, None)
+
+
 def train_arm(
     config: StudyConfig,
     arm: str,
@@ -231,10 +244,11 @@ def train_arm(
     if record.status in ("done", "failed"):
         return
     cfg = config.arm_config(arm, record.run_id)
+    run_dir = sinks.path(record.run_id)
+    forget_lost_steps(state, arm, latest(run_dir) is not None, log)
     record.status = "running"
     save()
     log(f"arm {arm}: training {cfg.steps} steps (run {record.run_id})")
-    run_dir = sinks.path(record.run_id)
     curves = None
     try:
         with sinks.open(record.run_id, "train", cfg.model, cfg.model_dump(mode="json")) as sink:
