@@ -25,12 +25,13 @@ import json
 import os
 import statistics
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from envace_engine.study.config import StudyConfig
 from envace_engine.study.state import ArmState, CheckpointEval, SettingResult, StudyState
 from envace_engine.study.stats import Estimate, bootstrap_mean, paired_difference
 
+T = TypeVar("T")
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"
 MARGIN = 0.05  # non-inferiority margin of "≥" claims
@@ -46,6 +47,13 @@ def _common(*maps: dict[str, float]) -> list[str]:
     for m in maps[1:]:
         keys &= set(m)
     return sorted(keys)
+
+
+def _in_order(items: dict[str, T], first: list[str]) -> list[tuple[str, T]]:
+    """``items`` with the keys in ``first`` leading, in that order, then the rest by name:
+    ``study.json`` is written with sorted keys, so the order a study ran in is not kept."""
+    rank = {name: i for i, name in enumerate(first)}
+    return sorted(items.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0]))
 
 
 class Builder:
@@ -68,17 +76,13 @@ class Builder:
         return result.success if result else None
 
     def evals(self) -> list[tuple[str, CheckpointEval]]:
-        """The evaluated checkpoints in the paper's order — base, sft, the arms as configured,
-        then the rest (earlier runs of redone arms) by name — whatever order ``study.json``
-        keeps them in (it is written with sorted keys)."""
-        first = ["base", "sft", *self.config.arms]
-        rank = {name: i for i, name in enumerate(first)}
-        return sorted(self.state.evals.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0]))
+        """The evaluated checkpoints in the paper's order: base, sft, the arms as configured,
+        then the rest (earlier runs of redone arms) by name."""
+        return _in_order(self.state.evals, ["base", "sft", *self.config.arms])
 
     def arms(self) -> list[tuple[str, ArmState]]:
-        """The study's arms in the config's order (``study.json`` keeps them sorted by name)."""
-        rank: dict[str, int] = {name: i for i, name in enumerate(self.config.arms)}
-        return sorted(self.state.arms.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0]))
+        """The study's arms in the config's order."""
+        return _in_order(self.state.arms, list(self.config.arms))
 
     def settings(self, record: CheckpointEval) -> list[tuple[str, SettingResult]]:
         """A checkpoint's settings in the plan's order (study.evaluation.plan_settings): N = 0,

@@ -179,7 +179,7 @@ def run_study(
                 config, state, plan, (arm, state.arms[arm].checkpoint), sinks, save, log
             )
             publish()
-    evaluate_all(config, state, sinks, save, log, publish)  # base, retired, settings added since
+    evaluate_all(config, state, plan, sinks, save, log, publish)  # base, retired, added settings
     state.status = "done"
     publish()
     return state
@@ -305,13 +305,13 @@ def check_retired(config: StudyConfig, state: StudyState) -> None:
 def evaluate_all(
     config: StudyConfig,
     state: StudyState,
+    plan: EvalPlan,
     sinks: RunSinks,
     save: Callable[[], None],
     log: Callable[[str], None],
     publish: Callable[[], None],
 ) -> None:
     """Evaluate every checkpoint at every setting, then in its rehearsed world (resumable)."""
-    plan = make_plan(config)
     for name_model in checkpoints(config, state, sinks):
         if evaluate_checkpoint(config, state, plan, name_model, sinks, save, log):
             publish()
