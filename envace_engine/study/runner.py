@@ -363,7 +363,8 @@ def release_memory() -> None:
     ``malloc_trim``), after every unit and every evaluation setting. A study trains and
     evaluates several checkpoints in one process: one that had trained two arms was stopped by
     the kernel's OOM killer at 24 GB resident in an evaluation that a fresh process ran at ~17 GB
-    peak, and a fresh study's first evaluation was, at 24.3 GB, four settings in."""
+    peak, and a fresh study's first evaluation was killed at 24.3 GB in its fifth setting when
+    memory was returned only after each unit."""
     import gc
 
     from envace_engine.samplers.embedded.heap import release_freed_memory  # no torch import

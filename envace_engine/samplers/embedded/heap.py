@@ -15,8 +15,9 @@ it is process-wide, only ever raises the thresholds, and does nothing off glibc.
 A long training job allocates blocks of many sizes (rollout K/V, micro-batch activations,
 probes), and the kept heap fragments: the study's two-role arms grew past 24 GB RSS over 23
 steps and were OOM-killed. ``release_freed_memory`` (glibc ``malloc_trim(0)``, every arena,
-whole free pages only) hands the free part back once per training step; live memory and every
-computed value are untouched, and the next step faults its pages in once.
+whole free pages only) hands the free part back once per training step (and the study calls
+it after every evaluation setting); live memory and every computed value are untouched, and
+the next step faults its pages in once.
 """
 
 from __future__ import annotations
