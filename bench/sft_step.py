@@ -5,8 +5,10 @@ three worlds, the study recipe's prompt settings), ``--steps`` batches of ``--ba
 drawn once with a fixed seed. Ours gets them as token ids (prompt as the rollout renders it,
 completion + end-of-turn) in our length- and prefix-bucketed batches; TRL gets the same samples
 in its conversational prompt-completion form (``completion_only_loss``, bf16, AdamW, constant
-lr). Each variant runs in its own fresh subprocess (so its peak RSS, ``ru_maxrss`` of the
-child, is its own), with the first ``--warmup`` steps left out of the timing.
+lr). bf16 means bf16 autocast where the CPU runs it natively for both (``training.precision``:
+fp32 on a CPU without AMX-BF16 / AVX512-BF16; ``bf16`` in the JSON says which ran). Each
+variant runs in its own fresh subprocess (so its peak RSS, ``ru_maxrss`` of the child, is its
+own), with the first ``--warmup`` steps left out of the timing.
 
 Prints one JSON object as the last line: median seconds per optimizer step of each variant
 (wall and process CPU), ``ratio`` = TRL / ours median wall time per step (> 1: ours is faster),
@@ -91,6 +93,15 @@ def _ours(batch: int, steps: int, warmup: int) -> dict:
     return {"wall": walls[warmup:], "cpu": cpus[warmup:], "tokens": tokens}
 
 
+def _native_bf16() -> bool:
+    """bf16 where the trainer would take it (``precision.bf16_autocast``): TRL gets the same."""
+    import torch
+
+    from envace_engine.training.precision import bf16_autocast
+
+    return bf16_autocast(True, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+
+
 def _trl(batch: int, steps: int, warmup: int) -> dict:
     import tempfile
 
@@ -126,7 +137,7 @@ def _trl(batch: int, steps: int, warmup: int) -> dict:
             per_device_train_batch_size=batch,
             learning_rate=1e-4,
             lr_scheduler_type="constant",
-            bf16=True,
+            bf16=_native_bf16(),
             use_cpu=not torch.cuda.is_available(),
             max_length=8192,
             logging_steps=1,
@@ -188,6 +199,7 @@ def main() -> None:
         result[f"{v}_cpu_step_s"] = statistics.median(r["cpu"])
         result[f"{v}_peak_rss_gb"] = r["peak_rss_gb"]
     result["completion_tokens_per_step"] = statistics.mean(runs["ours"]["tokens"])
+    result["bf16"] = _native_bf16()
     result["ratio"] = result["trl_step_s"] / result["ours_step_s"]
     result["cpu_ratio"] = result["trl_cpu_step_s"] / result["ours_cpu_step_s"]
     print(json.dumps(result))

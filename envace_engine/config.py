@@ -224,7 +224,11 @@ class TrainConfig(Section):
     group_size: int = Field(4, ge=1, description="episodes per task (G)")
     seed: int = 0
     micro_batch_tokens: int = Field(4096, ge=1, description="padded tokens per micro-batch")
-    bf16: bool = Field(False, description="bf16 autocast for the training forward pass")
+    bf16: bool = Field(
+        False,
+        description="bf16 autocast for the training forward pass where bf16 GEMMs are native "
+        "(a CPU with AMX-BF16 / AVX512-BF16, a GPU); fp32 elsewhere, with a warning",
+    )
     report_to: ReportTo = Field("none", description="also log metrics to trackio or wandb")
     share_prefix: bool = Field(
         True,
@@ -322,7 +326,11 @@ class SFTConfig(Section):
     warmup_steps: int = Field(0, ge=0, description="linear warm-up steps before the schedule")
     min_lr_ratio: float = Field(0.1, ge=0, le=1, description="cosine floor, as a share of lr")
     grad_clip: float | None = Field(1.0, gt=0, description="max grad norm; None = no clipping")
-    bf16: bool = Field(True, description="bf16 autocast (CPU autocast works with torch 2.13)")
+    bf16: bool = Field(
+        True,
+        description="bf16 autocast where bf16 GEMMs are native (a CPU with AMX-BF16 / "
+        "AVX512-BF16, a GPU); fp32 elsewhere, with a warning",
+    )
     report_to: ReportTo = Field("none", description="also log metrics to trackio or wandb")
     seed: int = 0
     eval_split: str | None = Field(

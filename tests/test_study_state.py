@@ -174,3 +174,44 @@ def test_an_arm_whose_checkpoints_were_lost_starts_again_cleanly():
     arm = state.arms["envace"]
     assert (arm.steps_done, arm.seconds) == (0, 0.0) and "envace" not in state.curves
     assert "7 steps" in logged[0]
+
+
+def test_a_finished_arm_whose_checkpoint_was_lost_mid_evaluation_trains_again(tmp_path: Path):
+    """Restored from a copy of study.json elsewhere: a done arm with an unfinished evaluation and
+    no checkpoint on disk starts again; its partial evaluation comes back only when the
+    retrained weights have the recorded digest."""
+    from envace_engine.study.runner import digest, keep_verified_eval, reopen_lost_arm
+
+    config = build(StudyConfig, {"model": "tiny", "eval": {"bootstrap": 300}})
+    state = study_state(config)
+    ckpt = tmp_path / "step-000040"
+    ckpt.mkdir()
+    (ckpt / "model.safetensors").write_bytes(b"weights-a")
+    arm = state.arms["envace"]
+    arm.checkpoint, arm.digest, arm.seconds = str(tmp_path / "gone"), digest(str(ckpt)), 9.0
+    state.evals["envace"].fidelity = None  # the evaluation was in flight
+    logged: list[str] = []
+    assert reopen_lost_arm(state, "real-grpo", 2, logged.append) is None  # evaluated: untouched
+    lost = reopen_lost_arm(state, "envace", 2, logged.append)
+    assert lost is not None and set(lost.evaluation.settings) == {"plain N=0", "parallel N=2"}
+    fresh = state.arms["envace"]
+    assert (fresh.status, fresh.steps_done, fresh.seconds, fresh.digest) == ("pending", 0, 0.0, "")
+    assert "envace" not in state.curves and "envace" not in state.evals
+    assert "is gone; it trains again" in logged[-1]
+
+    def retrained(weights: bytes) -> None:  # what train_arm records once the arm is done
+        (ckpt / "model.safetensors").write_bytes(weights)
+        fresh.status, fresh.checkpoint, fresh.digest = "done", str(ckpt), digest(str(ckpt))
+
+    retrained(b"weights-a")
+    keep_verified_eval(state, "envace", lost, logged.append)
+    assert state.evals["envace"] is lost.evaluation and lost.evaluation.model == str(ckpt)
+    assert "2 settings kept" in logged[-1]
+    assert reopen_lost_arm(state, "envace", 2, logged.append) is None  # checkpoint there
+
+    fresh.checkpoint = str(tmp_path / "gone")
+    lost = reopen_lost_arm(state, "envace", 2, logged.append)
+    fresh = state.arms["envace"]
+    retrained(b"weights-b")
+    keep_verified_eval(state, "envace", lost, logged.append)
+    assert "envace" not in state.evals and "evaluated afresh" in logged[-1]

@@ -170,7 +170,9 @@ def run_study(
     evaluate_checkpoint(config, state, plan, ("sft", config.model), sinks, save, log)
     publish()
     for arm in config.arms:
+        pending = reopen_lost_arm(state, arm, len(plan.settings), log)
         train_arm(config, arm, state, sinks, save, log)
+        keep_verified_eval(state, arm, pending, log)
         publish()
         release_memory()
         if state.arms[arm].checkpoint:
@@ -227,6 +229,56 @@ def forget_lost_steps(
         state.curves.pop(arm, None)
 
 
+@dataclasses.dataclass(frozen=True)
+class LostEval:
+    """A partial evaluation taken out of the state while its arm trains again, and the digest
+    of the weights it was measured on."""
+
+    evaluation: CheckpointEval
+    digest: str
+
+
+def reopen_lost_arm(
+    state: StudyState, arm: str, n_settings: int, log: Callable[[str], None]
+) -> LostEval | None:
+    """A finished arm whose last checkpoint is gone (the study restored from a copy of
+    ``study.json`` elsewhere) while its evaluation is unfinished trains again from step 0 — the
+    evaluation needs the weights. Its curve and time restart with it; its partial evaluation is
+    taken out of the state and returned, to be put back only if the retrained weights are the
+    same (``keep_verified_eval``)."""
+    record, evaluated = state.arms[arm], state.evals.get(arm)
+    complete = (
+        evaluated is not None
+        and len(evaluated.settings) == n_settings
+        and evaluated.fidelity is not None
+    )
+    if record.status != "done" or Path(record.checkpoint).is_dir() or complete:
+        return None
+    log(f"arm {arm}: its checkpoint {record.checkpoint} is gone; it trains again")
+    state.arms[arm] = ArmState(run_id=record.run_id, retired=record.retired)
+    state.curves.pop(arm, None)
+    evaluated = state.evals.pop(arm, None)
+    return LostEval(evaluated, record.digest) if evaluated is not None else None
+
+
+def keep_verified_eval(
+    state: StudyState, arm: str, lost: LostEval | None, log: Callable[[str], None]
+) -> None:
+    """Put back the partial evaluation ``reopen_lost_arm`` took out when the retrained last
+    checkpoint has the weights it was measured on (one machine type trains the same weights);
+    otherwise it stays dropped and every setting is evaluated on the new weights."""
+    if lost is None:
+        return
+    record = state.arms[arm]
+    if lost.digest and record.status == "done" and lost.digest == record.digest:
+        lost.evaluation.model = record.checkpoint
+        state.evals[arm] = lost.evaluation
+        kept = len(lost.evaluation.settings)
+        log(f"arm {arm}: retrained to the same weights; {kept} settings kept")
+    else:
+        log(f"arm {arm}: retrained weights differ or were not recorded; evaluated afresh")
+
+
 def train_arm(
     config: StudyConfig,
     arm: str,
@@ -268,6 +320,7 @@ def train_arm(
             record.status, record.reason = "failed", f"no checkpoint in {run_dir}"
         else:
             record.status, record.checkpoint = "done", str(found)
+            record.digest = digest(str(found))
     save()
     log(f"arm {arm}: {record.status} {record.reason}".rstrip())
 

@@ -28,6 +28,7 @@ class ArmState:
     status: str = "pending"
     steps_done: int = 0
     checkpoint: str = ""  # the model dir of its last checkpoint, once done
+    digest: str = ""  # sha256 of that checkpoint's weights (``runner.digest``), once done
     reason: str = ""
     seconds: float = 0.0  # wall time spent training it (all sessions together)
     retired: list[str] = field(default_factory=list)  # earlier runs of this arm (``redo``)

@@ -174,6 +174,8 @@ def micro_step(
     and how far the trainer's log-probs are from the sampler's on its tokens."""
     import torch
 
+    from envace_engine.training.precision import bf16_autocast
+
     cfg = parts.config
     trained = _trained(parts)
     device = _device(trained)
@@ -183,7 +185,8 @@ def micro_step(
     args = (batch.input_ids, batch.attention_mask, batch.completion_mask)
     temperature = cfg.rollout.temperature  # old log-probs are of the tempered distribution
     prefix = batch.prefix_ids
-    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16):
+    bf16 = bf16_autocast(cfg.bf16, device)
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
         # fsdp.score calls a sharded model through its FSDP root, so the hooks fire (trap a).
         logprobs = fsdp.score(trained, *args, temperature=temperature, prefix_ids=prefix).float()
         ref = None

@@ -229,12 +229,15 @@ def as_rows(examples: Sequence[Example]) -> list[TrainRow]:
 
 
 def sft_loss(model: Any, batch: Any, bf16: bool) -> Any:
-    """Mean NLL over the batch's completion tokens (head only on those tokens)."""
+    """Mean NLL over the batch's completion tokens (head only on those tokens); ``bf16`` asks
+    for bf16 autocast where the hardware runs it natively (``precision.bf16_autocast``)."""
     import torch
 
     from envace_engine.logprobs import completion_logprobs
+    from envace_engine.training.precision import bf16_autocast
 
     device = next(model.parameters()).device
+    bf16 = bf16_autocast(bf16, device)
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
         logprobs = completion_logprobs(
             model,

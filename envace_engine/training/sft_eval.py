@@ -35,6 +35,7 @@ def greedy_matches(model: Any, examples: Sequence[Any], pad_id: int, bf16: bool)
 
     from envace_engine.logprobs import shared_prefix_hidden
     from envace_engine.training.batching import collate
+    from envace_engine.training.precision import bf16_autocast
     from envace_engine.training.sft import as_rows
 
     # batches of one group (a role and tool set) share their prompt head: run it once
@@ -46,6 +47,7 @@ def greedy_matches(model: Any, examples: Sequence[Any], pad_id: int, bf16: bool)
     out: dict[int, tuple[int, int]] = {}
     head = model.get_output_embeddings()
     device = next(model.parameters()).device
+    bf16 = bf16_autocast(bf16, device)
     for picked in batches:
         rows = as_rows([examples[i] for i in picked])
         batch = collate(rows, [0.0] * len(picked), pad_id, share_prefix=True)
