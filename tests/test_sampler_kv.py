@@ -161,3 +161,30 @@ def test_a_continuation_is_stored_without_copying_its_prefix_and_joined_on_use()
     joined = entry.kv[0, 0, 0, :, 0].tolist()
     assert joined == [*map(float, range(len(prompt))), 1000.0, 1001.0, 1002.0, 1003.0, 1004.0]
     assert entry.kv is entry.kv  # joined once, then kept
+
+
+def test_kv_memory_counts_each_storage_once_and_sessions_only_while_open(tiny_model, tokenizer):
+    from envace_engine.samplers.embedded.kv import storage_bytes
+
+    whole = kv(64)
+    assert storage_bytes([whole, whole[..., :10, :], whole[..., 20:, :]]) == whole.nbytes
+    cache = PrefixCache(max_tokens=1000)
+    parent = list(range(2 * BLOCK))
+    cache.insert(parent, kv(len(parent)))
+    own = kv(BLOCK)
+    entry, _ = cache.lookup([*parent, 0])
+    assert entry is not None
+    cache.insert([*parent, *range(BLOCK)], Continuation(entry, len(parent), own))
+    assert storage_bytes(cache.tensors()) == kv(len(parent)).nbytes + own.nbytes
+
+    sampler = HFSampler(tiny_model, tokenizer, batch_size=4)
+    assert sampler.kv_memory().session_bytes == 0
+    prompt = tokenizer("the warehouse holds twelve crates of apples")["input_ids"]
+    with sampler.session(GREEDY) as session:
+        session.submit(0, prompt, 4, frozenset())
+        session.step()
+        held = sampler.kv_memory()
+        assert held.session_bytes == storage_bytes(session.tensors()) > 0
+    after = sampler.kv_memory()
+    assert after.session_bytes == 0 and after.cache_tokens == sampler.cache.tokens
+    assert after.cache_bytes == storage_bytes(sampler.cache.tensors())

@@ -134,6 +134,10 @@ class PromptSlab:
         self._plan: _Plan | None = None
         self._shape = (0, 0)
 
+    def tensors(self) -> list[torch.Tensor]:
+        """The per-layer slabs (for ``kv.storage_bytes``)."""
+        return [*self.k, *self.v]
+
     @property
     def held(self) -> int:
         """Slots in use (they are ``[0, held)``)."""

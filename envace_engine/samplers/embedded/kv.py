@@ -22,7 +22,7 @@ serving engine. The sampled ids and the log-probs returned for them are what the
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -95,6 +95,10 @@ class SlabLayer(DynamicLayer):
                 new[:, :, :length] = live
                 setattr(self, name, new)
         self.begin, self.end = 0, length
+
+    def tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The slabs this layer holds (for ``storage_bytes``)."""
+        return self._k, self._v
 
     def drop_left(self, n: int) -> None:
         """Forget the first ``n`` filled columns (no copy)."""
@@ -171,6 +175,14 @@ class _Entry:
         self.key, self.tokens, self.hashes = key, tokens, hashes
         self._kv = kv
 
+    def tensors(self) -> Iterator[torch.Tensor]:
+        """Every tensor this entry keeps alive (a ``Continuation``'s parent's too)."""
+        if isinstance(self._kv, Continuation):
+            yield from self._kv.parent.tensors()
+            yield self._kv.own
+        else:
+            yield self._kv
+
     @property
     def kv(self) -> torch.Tensor:
         """The K/V, joined from a ``Continuation`` the first time it is asked for."""
@@ -178,6 +190,15 @@ class _Entry:
             part = self._kv
             self._kv = torch.cat([part.parent.kv[:, :, :, : part.split], part.own], dim=3)
         return self._kv
+
+
+def storage_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    """Bytes of the distinct storages behind ``tensors``: views of one storage count once."""
+    sizes = {}
+    for t in tensors:
+        storage = t.untyped_storage()
+        sizes[storage.data_ptr()] = storage.nbytes()
+    return sum(sizes.values())
 
 
 def block_hashes(tokens: Sequence[int]) -> list[int]:
@@ -255,6 +276,11 @@ class PrefixCache:
         for h in hashes:
             self.holders.setdefault(h, set()).add(key)
         self.tokens += len(tokens)
+
+    def tensors(self) -> Iterator[torch.Tensor]:
+        """Every tensor the entries keep alive (for ``storage_bytes``)."""
+        for entry in self.entries.values():
+            yield from entry.tensors()
 
     def end_call(self) -> None:
         """Evict least recently used entries down to ``max_tokens``."""

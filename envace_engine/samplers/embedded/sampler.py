@@ -24,6 +24,7 @@ import functools
 import itertools
 import logging
 from collections.abc import Hashable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
@@ -33,7 +34,12 @@ from envace_engine.samplers.base import Generation, SamplingParams
 from envace_engine.samplers.embedded import cascade
 from envace_engine.samplers.embedded.cascade import PromptSlab
 from envace_engine.samplers.embedded.heap import keep_freed_memory
-from envace_engine.samplers.embedded.kv import Continuation, PrefixCache, SlabLayer
+from envace_engine.samplers.embedded.kv import (
+    Continuation,
+    PrefixCache,
+    SlabLayer,
+    storage_bytes,
+)
 from envace_engine.samplers.embedded.packed import PackedLinears, cpu_bf16, supported
 from envace_engine.samplers.embedded.session import DecodeSession, KVShape
 from envace_engine.samplers.validation import check_request
@@ -43,6 +49,16 @@ if TYPE_CHECKING:
 
 MIN_SHARED_PREFIX = 8  # shorter common prefixes are not worth an extra forward pass
 LOG = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class KVMemory:
+    """Bytes of K/V an ``HFSampler`` holds now: the prefix cache (``cache_tokens`` tokens in
+    its entries) and the slabs of its open decode sessions."""
+
+    cache_tokens: int
+    cache_bytes: int
+    session_bytes: int
 
 
 class HFSampler:
@@ -92,6 +108,7 @@ class HFSampler:
         if model.device.type == "cpu":
             keep_freed_memory()  # process-wide: see heap.py
         self._weights_stamp: tuple[int, ...] = ()
+        self._open: list[DecodeSession] = []  # sessions in flight (``kv_memory``)
         self.prefilled = 0  # prompt tokens actually run through the model (metrics, tests)
         self.generated = 0  # tokens generated so far (``TokenCounting``: progress shows tok/s)
         self.eos_ids = _eos_ids(model, tokenizer)
@@ -135,11 +152,22 @@ class HFSampler:
         self._check_weights()
         was_training = self.model.training
         self.model.eval()  # the trainer may have left dropout on; sampling must not use it
+        session = DecodeSession(self, self, params, self.batch_size)
+        self._open.append(session)
         try:
-            yield DecodeSession(self, self, params, self.batch_size)
+            yield session
         finally:
+            self._open.remove(session)
             self.model.train(was_training)
             self.cache.end_call()
+
+    def kv_memory(self) -> KVMemory:
+        """What the prefix cache and the open sessions hold now (distinct storages)."""
+        return KVMemory(
+            cache_tokens=self.cache.tokens,
+            cache_bytes=storage_bytes(self.cache.tensors()),
+            session_bytes=storage_bytes(t for s in self._open for t in s.tensors()),
+        )
 
     @property
     def stop_ids(self) -> frozenset[int]:

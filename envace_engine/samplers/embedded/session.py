@@ -149,6 +149,11 @@ class DecodeSession:
         self.next_pos = torch.zeros(slots, dtype=torch.long, device=device)
         self._blocked = torch.tensor(float("-inf"), dtype=like.dtype, device=device)
 
+    def tensors(self) -> list[torch.Tensor]:
+        """The K/V slabs the session holds: rows' own columns, then both prompt slabs."""
+        own = [t for layer in self.slabs for t in layer.tensors()]
+        return [*own, *self.prefixes.tensors(), *self.rests.tensors()]
+
     @property
     def busy(self) -> bool:
         """Whether anything is decoding or waiting."""
