@@ -8,11 +8,18 @@ memory (``/proc/self/status``) and ``HFSampler.kv_memory()``: the prefix cache's
 bytes and the open decode session's slabs. Sampling at episode ends can miss a short peak
 between two of them; ``peak_rss_gb`` is the kernel's own high-water mark (``VmHWM``).
 
-Prints one JSON object as the last line: ``peak_rss_gb``, ``rss_at_start_gb`` (model and
-packed weights loaded), the peaks of ``cache_gb``, ``cache_tokens`` and ``session_gb`` seen,
-``kv_share`` (the largest cache + session bytes seen over the RSS at that moment), the
-setting's ``success`` and ``wall_s``. ``--quick``: the ``tiny`` model, 4 tasks x 1 repeat,
-parallel N=1 (the plumbing, not the figures).
+Two variants, each in a fresh subprocess (its peak RSS is its own), one after the other:
+``unbounded`` — the prefix cache evicts down to its budget only when a call (a decode session:
+a whole rollout) ends, so during an evaluation it keeps every sequence it was given — and
+``bounded`` — the same budget also held during a call (``HFSampler(call_cache_tokens=...)``,
+what ``envace study`` evaluates with).
+
+Prints one JSON object as the last line: per variant ``peak_rss_gb``, the peaks of
+``cache_gb``, ``cache_tokens`` and ``session_gb`` seen, ``kv_share`` (the largest cache +
+session bytes seen over the RSS at that moment), the setting's ``success`` and ``wall_s``;
+``ratio`` = bounded / unbounded peak RSS (< 1: the bound saves memory), ``time_ratio`` the same
+for wall time. ``--quick``: the ``tiny`` model, 4 tasks x 1 repeat, parallel N=1 (the
+plumbing, not the figures).
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import argparse
 import dataclasses
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -102,6 +110,8 @@ def run(args: argparse.Namespace) -> dict:
         tokenizer=tokenizer,
         batch_size=args.slots,
         dtype=config.train.rollout.sampler_dtype,
+        prefix_cache_tokens=args.cache_tokens,
+        call_cache_tokens=args.call_cache_tokens,
     )
     assert isinstance(sampler, HFSampler), "the bench measures the embedded sampler"
     start = _status_gb("VmRSS")
@@ -118,6 +128,8 @@ def run(args: argparse.Namespace) -> dict:
         "tasks": len(plan.tasks),
         "repeats": plan.repeats,
         "slots": args.slots,
+        "cache_tokens_limit": args.cache_tokens,
+        "call_cache_tokens": args.call_cache_tokens,
         "compute_dtype": sampler.compute_dtype,
         "peak_rss_gb": round(_status_gb("VmHWM"), 2),
         "rss_at_start_gb": round(start, 2),
@@ -132,9 +144,24 @@ def run(args: argparse.Namespace) -> dict:
     }
 
 
+VARIANTS = ("unbounded", "bounded")
+
+
+def _run_child(variant: str, args: argparse.Namespace) -> dict:
+    flags = [f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if k in CHILD_FLAGS]
+    cmd = [sys.executable, __file__, "--child", variant, *flags, *(["--quick"] * args.quick)]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{variant} child failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+CHILD_FLAGS = ("config", "model", "setting", "n_tasks", "repeats", "slots", "cache_tokens")
+
+
 def main() -> None:
-    """Parse flags, evaluate, print the JSON last."""
-    from envace_engine.study.runner import STUDY_EVAL_SLOTS
+    """Parse flags, evaluate each variant in its own process, print the JSON last."""
+    from envace_engine.study.runner import STUDY_EVAL_CACHE_TOKENS, STUDY_EVAL_SLOTS
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny model, 4 tasks, parallel N=1")
@@ -144,14 +171,43 @@ def main() -> None:
     parser.add_argument("--n-tasks", type=int, default=64, help="held-out tasks")
     parser.add_argument("--repeats", type=int, default=2, help="repeats per task")
     parser.add_argument("--slots", type=int, default=STUDY_EVAL_SLOTS, help="decode slots")
+    parser.add_argument(
+        "--cache-tokens",
+        type=int,
+        default=STUDY_EVAL_CACHE_TOKENS,
+        help="prefix cache budget (between calls; also during calls in the bounded variant)",
+    )
+    parser.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
     add_record_flag(parser)
     args = parser.parse_args()
     if args.quick:
         args.model, args.setting, args.n_tasks, args.repeats = "tiny", "parallel N=1", 4, 1
-    summary = {**run(args), "quick": args.quick}
+    if args.child:
+        args.call_cache_tokens = args.cache_tokens if args.child == "bounded" else None
+        print(json.dumps(run(args)))
+        return
+    runs = {v: _run_child(v, args) for v in VARIANTS}
+    common = ("model", "setting", "tasks", "repeats", "slots", "cache_tokens_limit")
+    summary = {k: runs["unbounded"][k] for k in (*common, "compute_dtype")}
+    summary["quick"] = args.quick
+    summary.update({f"{v}_{k}": r[k] for v, r in runs.items() for k in PER_VARIANT})
+    summary["ratio"] = round(runs["bounded"]["peak_rss_gb"] / runs["unbounded"]["peak_rss_gb"], 3)
+    summary["time_ratio"] = round(runs["bounded"]["wall_s"] / runs["unbounded"]["wall_s"], 3)
     if args.record:
         record(__file__, summary)
     print(json.dumps(summary))
+
+
+PER_VARIANT = (
+    "peak_rss_gb",
+    "sampled_peak_rss_gb",
+    "cache_gb",
+    "cache_tokens",
+    "session_gb",
+    "kv_share",
+    "success",
+    "wall_s",
+)
 
 
 if __name__ == "__main__":

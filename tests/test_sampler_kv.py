@@ -188,3 +188,27 @@ def test_kv_memory_counts_each_storage_once_and_sessions_only_while_open(tiny_mo
     after = sampler.kv_memory()
     assert after.session_bytes == 0 and after.cache_tokens == sampler.cache.tokens
     assert after.cache_bytes == storage_bytes(sampler.cache.tensors())
+
+
+def test_a_call_bound_evicts_during_a_session_and_changes_no_output(tiny_model, tokenizer, history):
+    """``call_cache_tokens`` holds the cache to its bound while a session runs (an evaluation
+    is one long session); what it evicts is recomputed, so greedy outputs stay the same."""
+    prompts = [[*history, *tokenizer.encode(f" turn {i} of the episode")] for i in range(6)]
+    free = HFSampler(tiny_model, tokenizer, batch_size=2)
+    bounded = HFSampler(tiny_model, tokenizer, batch_size=2, call_cache_tokens=len(history))
+    held = []
+    outs = {}
+    for sampler in (free, bounded):
+        got = {}
+        with sampler.session(GREEDY) as session:
+            for i, prompt in enumerate(prompts):
+                session.submit(i, prompt, 6, sampler.stop_ids)
+            while session.busy:
+                got.update(session.step())
+                held.append((sampler is bounded, sampler.cache.tokens))
+        outs[sampler is bounded] = [got[i].token_ids for i in range(len(prompts))]
+    assert outs[True] == outs[False]
+    assert max(n for b, n in held if b) <= len(history)
+    assert max(n for b, n in held if not b) > len(history)  # unbounded: kept until the end
+    with pytest.raises(ValueError, match="call_cache_tokens=-1"):
+        HFSampler(tiny_model, tokenizer, call_cache_tokens=-1)

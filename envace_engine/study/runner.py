@@ -65,6 +65,10 @@ CURVE_METRICS = (
 
 
 STUDY_EVAL_SLOTS = 64  # decode slots of an evaluation's sampler: 64 tasks x 2 repeats at once
+# Prefix-cache tokens an evaluation's sampler keeps, also while a rollout runs: an evaluation
+# is one long decode session per rollout, and a cache evicting only when a session ends grew
+# to 144k tokens (6.2 GB) with a 20.5 GB peak (bench/eval_memory.py; docs/samplers.md).
+STUDY_EVAL_CACHE_TOKENS = 65536
 
 
 class RunSinks(Protocol):
@@ -470,6 +474,12 @@ def load_policy(name: str, model: str, config: StudyConfig) -> Policy:
     hf = load_model(spec)
     dtype = config.train.rollout.sampler_dtype  # evaluations sample as the arms did
     sampler = make_sampler(
-        spec, model=hf, tokenizer=tokenizer, batch_size=STUDY_EVAL_SLOTS, dtype=dtype
+        spec,
+        model=hf,
+        tokenizer=tokenizer,
+        batch_size=STUDY_EVAL_SLOTS,
+        dtype=dtype,
+        prefix_cache_tokens=STUDY_EVAL_CACHE_TOKENS,
+        call_cache_tokens=STUDY_EVAL_CACHE_TOKENS,
     )
     return Policy(name, sampler, tokenizer, hf)

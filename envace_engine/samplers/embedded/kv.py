@@ -284,7 +284,11 @@ class PrefixCache:
 
     def end_call(self) -> None:
         """Evict least recently used entries down to ``max_tokens``."""
-        while self.tokens > self.max_tokens and self.entries:
+        self.evict(self.max_tokens)
+
+    def evict(self, limit: int) -> None:
+        """Drop least recently used entries until at most ``limit`` tokens are held."""
+        while self.tokens > limit and self.entries:
             self._drop(next(iter(self.entries)))
 
     def _drop(self, key: int) -> None:

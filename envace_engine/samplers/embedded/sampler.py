@@ -88,6 +88,7 @@ class HFSampler:
         batch_size: int = 32,
         prefix_reuse: bool = True,
         prefix_cache_tokens: int = 65536,
+        call_cache_tokens: int | None = None,
         packed_weights: bool = True,
         dtype: str = "auto",
     ) -> None:
@@ -98,6 +99,9 @@ class HFSampler:
         self.batch_size = batch_size
         self.prefix_reuse = prefix_reuse
         self.cache = PrefixCache(prefix_cache_tokens if prefix_reuse else 0)
+        if call_cache_tokens is not None and call_cache_tokens < 0:
+            raise ValueError(f"call_cache_tokens={call_cache_tokens}: use None (no bound) or >= 0")
+        self.call_cache_tokens = call_cache_tokens
         self.compute_dtype = compute_dtype(model, dtype, packed_weights)
         self.packed = PackedLinears(  # CPU only: see packed.py
             model,
@@ -210,7 +214,7 @@ class HFSampler:
                 return entry.kv[:, :, :, :held]
         kv = self._prefill(tokens)
         if self.prefix_reuse:
-            self.cache.insert(tokens, kv)
+            self._keep(tokens, kv)
         return kv
 
     @property
@@ -222,7 +226,13 @@ class HFSampler:
         """Keep a finished sequence's K/V (``[layers, 2, H, len(tokens), D]``, or a cached
         prefix plus the rest: ``kv.Continuation``) for later."""
         if self.keeps_sequences:
-            self.cache.insert(tokens, kv)
+            self._keep(tokens, kv)
+
+    def _keep(self, tokens: list[int], kv: torch.Tensor | Continuation) -> None:
+        """Insert into the prefix cache, then hold it to ``call_cache_tokens`` (if set)."""
+        self.cache.insert(tokens, kv)
+        if self.call_cache_tokens is not None:
+            self.cache.evict(self.call_cache_tokens)
 
     def _prefill(self, tokens: list[int]) -> torch.Tensor:
         """K/V of ``tokens``: their longest cached prefix copied, the rest run through the model.
