@@ -10,6 +10,7 @@ import torch
 from envace_engine.models import ModelError, resolve
 from envace_engine.samplers import make_sampler
 from envace_engine.samplers.base import Generation, Sampler, SamplingParams
+from envace_engine.samplers.embedded.packed import onednn_bf16
 from envace_engine.samplers.embedded.sampler import HFSampler, shared_prefix_len
 from envace_engine.samplers.embedded.sampling import sample_categorical, truncate_logits
 from envace_engine.samplers.sglang import SGLangSampler
@@ -259,6 +260,9 @@ def test_two_level_inverse_cdf_picks_the_token_a_flat_float64_cdf_picks():
     assert torch.equal(got, want)
 
 
+@pytest.mark.skipif(
+    not onednn_bf16(), reason="this CPU cannot run oneDNN's bf16 linear (an AVX2-only CPU)"
+)
 def test_bf16_samples_the_fp32_distribution_within_tolerance(tiny_model, tokenizer, prompts):
     """bf16 GEMMs (packed oneDNN; the LM head, norms and attention stay fp32): greedy tokens
     equal fp32's and every log-prob is within 0.05 nats of a fp32 teacher-forced forward."""
@@ -279,6 +283,7 @@ def test_auto_dtype_takes_bf16_only_with_a_native_unit(tiny_model, tokenizer, mo
     monkeypatch.setattr(module, "cpu_bf16", lambda: None)  # e.g. a CPU without AVX512-BF16
     assert HFSampler(tiny_model, tokenizer, dtype="auto").compute_dtype == "float32"
     monkeypatch.setattr(module, "cpu_bf16", lambda: "amx_bf16")
+    monkeypatch.setattr(module, "onednn_bf16", lambda: True)
     assert HFSampler(tiny_model, tokenizer, dtype="auto").compute_dtype == "bfloat16"
     off = HFSampler(tiny_model, tokenizer, dtype="auto", packed_weights=False)
     assert off.compute_dtype == "float32"  # bf16 runs only on the packed path
@@ -286,3 +291,8 @@ def test_auto_dtype_takes_bf16_only_with_a_native_unit(tiny_model, tokenizer, mo
         HFSampler(tiny_model, tokenizer, dtype="fp16")
     with pytest.raises(ValueError, match="needs the packed oneDNN path"):
         HFSampler(tiny_model, tokenizer, dtype="bfloat16", packed_weights=False)
+    monkeypatch.setattr(module, "onednn_bf16", lambda: False)  # an AVX2-only CPU
+    with pytest.raises(ValueError, match="lacks what oneDNN's bf16 linear needs"):
+        HFSampler(tiny_model, tokenizer, dtype="bfloat16")
+    monkeypatch.setattr(module, "cpu_bf16", lambda: None)
+    assert HFSampler(tiny_model, tokenizer, dtype="auto").compute_dtype == "float32"

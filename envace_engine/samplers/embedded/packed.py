@@ -35,23 +35,37 @@ ROWS_HINT = 32  # the batch size oneDNN tunes the packed layout for (any row cou
 SIBLINGS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))  # read the same input
 
 
-@functools.cache
-def cpu_bf16() -> str | None:
-    """The CPU's native bf16 matrix unit (``amx_bf16`` or ``avx512_bf16``), or None.
+# CPU flags oneDNN's bf16 linear needs (its error otherwise: "bf16 path needs the cpu support
+# avx_ne_convert or avx512bw, avx512vl and avx512dq"); an AVX2-only CPU has neither set.
+ONEDNN_BF16_FLAG_SETS = (("avx_ne_convert",), ("avx512bw", "avx512vl", "avx512dq"))
 
-    Read from ``/proc/cpuinfo`` (Linux). Without one, bf16 GEMMs are emulated and slower than
-    fp32, so the sampler stays in fp32.
-    """
+
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags from ``/proc/cpuinfo`` (Linux; empty elsewhere)."""
     try:
         text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
     except OSError:
-        return None
-    flags = set()
+        return frozenset()
     for line in text.splitlines():
         if line.startswith("flags"):
-            flags.update(line.partition(":")[2].split())
-            break
+            return frozenset(line.partition(":")[2].split())
+    return frozenset()
+
+
+def cpu_bf16() -> str | None:
+    """The CPU's native bf16 matrix unit (``amx_bf16`` or ``avx512_bf16``), or None.
+
+    Without one, bf16 GEMMs are emulated and slower than fp32, so the sampler stays in fp32.
+    """
+    flags = cpu_flags()
     return next((f for f in CPU_BF16_FLAGS if f in flags), None)
+
+
+def onednn_bf16() -> bool:
+    """Whether oneDNN's packed bf16 linear runs on this CPU at all (emulated or native)."""
+    flags = cpu_flags()
+    return any(all(f in flags for f in need) for need in ONEDNN_BF16_FLAG_SETS)
 
 
 def supported(model: torch.nn.Module) -> bool:

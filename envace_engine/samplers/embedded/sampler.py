@@ -40,7 +40,12 @@ from envace_engine.samplers.embedded.kv import (
     SlabLayer,
     storage_bytes,
 )
-from envace_engine.samplers.embedded.packed import PackedLinears, cpu_bf16, supported
+from envace_engine.samplers.embedded.packed import (
+    PackedLinears,
+    cpu_bf16,
+    onednn_bf16,
+    supported,
+)
 from envace_engine.samplers.embedded.session import DecodeSession, KVShape
 from envace_engine.samplers.validation import check_request
 
@@ -300,11 +305,17 @@ def compute_dtype(model: PreTrainedModel, dtype: str, packed: bool) -> str:
     cpu = next(model.parameters()).device.type == "cpu"
     unit = cpu_bf16() if cpu else None
     if dtype == "auto":
-        dtype = "bfloat16" if cpu and packed and unit and supported(model) else "float32"
+        native = cpu and packed and unit and onednn_bf16() and supported(model)
+        dtype = "bfloat16" if native else "float32"
     if dtype == "bfloat16" and not (cpu and packed and supported(model)):
         raise ValueError(
             "sampler dtype 'bfloat16' needs the packed oneDNN path on a CPU (packed_weights=True "
             "and a CPU float model): use dtype 'float32' or 'auto'"
+        )
+    if dtype == "bfloat16" and not onednn_bf16():
+        raise ValueError(
+            "sampler dtype 'bfloat16': this CPU lacks what oneDNN's bf16 linear needs "
+            "(avx_ne_convert, or avx512bw + avx512vl + avx512dq): use dtype 'float32' or 'auto'"
         )
     _log_choice(dtype, unit)
     return dtype
