@@ -63,14 +63,16 @@ def size_mb(folder: Path) -> float:
 
 def evaluation_runs(state: dict) -> list[str]:
     """The SFT checkpoint's and the ``envace`` arm's sweep runs and the ``envace`` fidelity run,
-    as the study recorded them (a redone arm's evaluations are ``...-envace-r2``)."""
+    as the study recorded them (a redone arm's evaluations are ``...-envace-r2``); the fidelity
+    run only once evaluated."""
     names = []
     for checkpoint in ("sft", "envace"):
         record = state["evals"].get(checkpoint)
         if record is not None:
             names.append(record["run_id"])
-    if "envace" in state["evals"]:
-        names.append(state["evals"]["envace"]["run_id"].replace("--eval-", "--fidelity-", 1))
+    fidelity = state["evals"].get("envace", {}).get("fidelity_run_id", "")
+    if fidelity:
+        names.append(fidelity)
     return names
 
 

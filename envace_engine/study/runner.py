@@ -407,8 +407,8 @@ def evaluate_checkpoint(
     with sinks.open(record.run_id, "sweep", model, meta) as sink:
         evaluate_settings(policy, here, sink, list(record.settings), keep)
     if record.fidelity is None:
-        fid_id = f"{state.study_id}--fidelity-{name}{suffix}"
-        with sinks.open(fid_id, "eval", model, meta) as sink:
+        record.fidelity_run_id = f"{state.study_id}--fidelity-{name}{suffix}"
+        with sinks.open(record.fidelity_run_id, "eval", model, meta) as sink:
             record.fidelity = evaluate_fidelity(policy, here, sink)
     del policy
     release_memory()

@@ -73,6 +73,7 @@ class CheckpointEval:
     settings: dict[str, SettingResult] = field(default_factory=dict)
     fidelity: FidelityResult | None = None
     error: str = ""
+    fidelity_run_id: str = ""  # the run holding the fidelity rollout's episodes, once evaluated
 
 
 @dataclass
@@ -124,7 +125,12 @@ def from_dict(body: dict[str, Any]) -> StudyState:
         settings = {k: SettingResult(**v) for k, v in raw.get("settings", {}).items()}
         fidelity = FidelityResult(**raw["fidelity"]) if raw.get("fidelity") else None
         evals[name] = CheckpointEval(
-            raw["model"], raw["run_id"], settings, fidelity, raw.get("error", "")
+            raw["model"],
+            raw["run_id"],
+            settings,
+            fidelity,
+            raw.get("error", ""),
+            raw.get("fidelity_run_id", ""),
         )
     return StudyState(
         study_id=body["study_id"],
