@@ -374,11 +374,12 @@ def write_report(report: dict[str, Any], folder: Path) -> None:
         tmp.replace(path)
 
 
-def _ci(e: dict[str, float] | None, pct: bool = True) -> str:
+def _ci(e: dict[str, float] | None, signed: bool = True) -> str:
+    """A percentage estimate with its CI; ``signed`` for a difference (``+1.6``), not a level."""
     if e is None:
         return "—"
-    k = 100 if pct else 1
-    return f"{e['mean'] * k:+.1f} [{e['low'] * k:+.1f}, {e['high'] * k:+.1f}]"
+    f = "+.1f" if signed else ".1f"
+    return f"{e['mean'] * 100:{f}} [{e['low'] * 100:{f}}, {e['high'] * 100:{f}}]"
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -403,10 +404,9 @@ def markdown(report: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for r in report["table"]:
-        s = r["success"]
         lines.append(
-            f"| {r['checkpoint']} | {r['setting']} | {s['mean'] * 100:.1f} "
-            f"[{s['low'] * 100:.1f}, {s['high'] * 100:.1f}] | {_ci(r['delta'])} | "
+            f"| {r['checkpoint']} | {r['setting']} | {_ci(r['success'], signed=False)} | "
+            f"{_ci(r['delta'])} | "
             f"{r.get('effect') or '—'} | {r['real_calls']:.2f} | {r['rehearsal_tokens']:.0f} |"
         )
     lines += ["", "## World model (held-out, ungrounded rehearsal)", ""]
@@ -417,8 +417,8 @@ def markdown(report: dict[str, Any]) -> str:
     for w in report["world"]:
         lines.append(
             f"| {w['checkpoint']} | {fmt(w['exact'])} | {fmt(w['status_agree'])} | "
-            f"{fmt(w['real_nll'])} | {_ci(w.get('real_success'))} | "
-            f"{_ci(w['rehearsed_success'])} | {_ci(w.get('gap'))} |"
+            f"{fmt(w['real_nll'])} | {_ci(w.get('real_success'), signed=False)} | "
+            f"{_ci(w['rehearsed_success'], signed=False)} | {_ci(w.get('gap'))} |"
         )
     return "\n".join(lines + _cost_lines(report)) + "\n"
 
