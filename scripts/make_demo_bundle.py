@@ -1,15 +1,16 @@
 """Produce the studio's bundled demo from a finished study: a slice of real runs, nothing made up.
 
     python scripts/make_demo_bundle.py --study runs/runs/study-toy      # the committed bundle
-    python scripts/make_demo_bundle.py --study DIR --out /tmp/bundle --check
+    python scripts/make_demo_bundle.py --study DIR --out /tmp/bundle --max-mb 30
 
 What goes into ``studio/demo/bundle/`` (a studio opened on an empty data folder copies it in,
 ``studio.demo``):
 
 * the study run itself (manifest, ``study.json``, ``report.json``, ``report.md``): the Study page
   opens on its table, curves and verdicts;
-* every arm's run with its metrics (the Runs page curves) and the episodes of its last
-  ``--episode-steps`` steps (inspector and rehearsed-vs-real pages of the trained policies);
+* every finished (or failed) arm's run with its metrics (the Runs page curves) and the episodes
+  of its last ``--episode-steps`` steps (inspector and rehearsed-vs-real pages of the trained
+  policies); a study still running is bundled as far as it has got;
 * the ``sweep`` evaluation runs of the SFT checkpoint and of the ``envace`` arm, whole (the budget
   page), and the ``envace`` arm's fidelity evaluation (held-out rehearsed vs real pairs).
 
@@ -88,7 +89,7 @@ def build(study: Path, out: Path, episode_steps: int) -> dict[str, float]:
     sizes = {study.name: size_mb(target)}
     for arm in state["arms"].values():
         run = runs_root / arm["run_id"]
-        if run.is_dir():
+        if run.is_dir() and arm["status"] in ("done", "failed"):  # not an arm still training
             copy_run(run, out / run.name, episode_steps)
             sizes[run.name] = size_mb(out / run.name)
     for name in evaluation_runs(state):
