@@ -10,10 +10,8 @@ laptop shows real episodes at once. Nothing in the bundle is written by hand.
     python scripts/make_demo_run.py --quick         # tiny model, 1 step (checks the pipeline)
     python scripts/make_demo_run.py --from-run runs/runs/toy-envace   # bundle an existing run
 
-The bundle committed today is the last form: a 30-step ``configs/toy-envace.toml`` run after a
-short SFT warm-up (a recipe since replaced by ``configs/study-sft.toml``);
-``scripts/make_demo_bundle.py`` replaces it with a slice of the reproduction study once that
-completes.
+The committed bundle is made by ``scripts/make_demo_bundle.py`` from the reproduction study;
+this script adds one training run's folder to it (``--out`` elsewhere keeps them apart).
 """
 
 from __future__ import annotations

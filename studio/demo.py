@@ -1,8 +1,9 @@
 """The bundled demo run: copied into an empty data folder on first start.
 
-``scripts/make_demo_run.py`` produces ``studio/demo/bundle/<run_id>`` from a real small training
-run. A studio that finds no runs in its data folder copies the bundle in, so a fresh Space or
-laptop opens on real episodes. A folder that already holds runs is never touched, and a copied
+``scripts/make_demo_bundle.py`` fills ``studio/demo/bundle/`` with a slice of the reproduction
+study's real runs (``scripts/make_demo_run.py``: one short training run). A studio that finds no
+runs in its data folder copies the bundle in, so a fresh Space or laptop opens on the study's
+report and real episodes. A folder that already holds runs is never touched, and a copied
 demo is an ordinary run (the user may delete it).
 """
 

@@ -119,11 +119,14 @@ def test_the_space_builds_from_the_repository_and_refuses_anonymous_writes(tmp_p
     with _started(app, python, home, free_port()) as url, chromium_page() as page:
         # an empty ephemeral disk: the studio copies the bundled demo into ~/envace-runs
         assert (home / "envace-runs" / "runs").is_dir()
+        open_page(page, url)  # a fresh studio opens on the bundled study's report
+        table = page.locator("#study-table").get_by_text("plain N=0").filter(visible=True)
+        table.first.wait_for(timeout=LOAD_MS)
         open_page(page, url, "?tab=runs")
         page.locator("#auth-banner").get_by_text("read-only").first.wait_for(timeout=LOAD_MS)
-        page.locator("#runs-table").get_by_text("toy-envace").filter(visible=True).first.wait_for(
-            timeout=LOAD_MS
-        )
+        # the bundle is a slice of the reproduction study (scripts/make_demo_bundle.py)
+        arm = page.locator("#runs-table").get_by_text("study-toy--envace").filter(visible=True)
+        arm.first.wait_for(timeout=LOAD_MS)
         page.locator("#launch-button").click()
         refused = page.locator("#launch-message").get_by_text("read-only: sign in")
         refused.wait_for(timeout=LOAD_MS)
