@@ -215,3 +215,24 @@ def test_a_finished_arm_whose_checkpoint_was_lost_mid_evaluation_trains_again(tm
     retrained(b"weights-b")
     keep_verified_eval(state, "envace", lost, logged.append)
     assert "envace" not in state.evals and "evaluated afresh" in logged[-1]
+
+
+def test_arms_retrained_for_a_lost_checkpoint_run_after_the_arms_not_yet_trained(tmp_path: Path):
+    """A restored study first trains the arms it has no results for, in config order."""
+    from envace_engine.study.runner import arm_order
+
+    config = build(StudyConfig, {"model": "tiny", "eval": {"bootstrap": 300}})
+    state = study_state(config)
+    arms = ["envace", "real-grpo", "act-only", "shared-baseline"]
+    kept = tmp_path / "step-000040"
+    kept.mkdir()
+    for arm in arms:
+        state.arms[arm] = ArmState(f"s--{arm}", "pending")
+    state.arms["envace"].status, state.arms["envace"].checkpoint = "done", str(tmp_path / "gone")
+    state.evals["envace"].fidelity = None  # evaluation unfinished, weights gone
+    assert arm_order(state, arms, 2) == ["real-grpo", "act-only", "shared-baseline", "envace"]
+    state.arms["envace"].checkpoint = str(kept)  # weights there: config order
+    assert arm_order(state, arms, 2) == arms
+    state.arms["envace"].checkpoint = str(tmp_path / "gone")
+    state.evals["envace"].fidelity = state.evals["real-grpo"].fidelity  # evaluation complete
+    assert arm_order(state, arms, 2) == arms

@@ -1,6 +1,7 @@
 """``run_study``: train every arm, evaluate every checkpoint, write the report — resumably.
 
-Order: the held-out evaluation of ``sft``; then the arms one after another, each followed by the
+Order: the held-out evaluation of ``sft``; then the arms one after another (in the config's
+order, arms retrained because their checkpoint was lost last: ``arm_order``), each followed by the
 evaluation of its last checkpoint (each arm an ``envace train`` run with a checkpoint every step,
 so a kill loses at most the step in flight and a resumed arm repeats none: the step is redone from
 the same checkpoint, seeds and task position, and its stored output is replaced whole); then
@@ -173,7 +174,7 @@ def run_study(
     plan = make_plan(config)
     evaluate_checkpoint(config, state, plan, ("sft", config.model), sinks, save, log)
     publish()
-    for arm in config.arms:
+    for arm in arm_order(state, config.arms, len(plan.settings)):
         pending = reopen_lost_arm(state, arm, len(plan.settings), log)
         train_arm(config, arm, state, sinks, save, log)
         keep_verified_eval(state, arm, pending, log)
@@ -242,6 +243,28 @@ class LostEval:
     digest: str
 
 
+def lost_mid_evaluation(state: StudyState, arm: str, n_settings: int) -> bool:
+    """Whether ``arm`` is done but must train again: its last checkpoint is gone and its
+    evaluation (``n_settings`` settings and the world evaluation) is unfinished."""
+    record, evaluated = state.arms[arm], state.evals.get(arm)
+    complete = (
+        evaluated is not None
+        and len(evaluated.settings) == n_settings
+        and evaluated.fidelity is not None
+    )
+    return record.status == "done" and not Path(record.checkpoint).is_dir() and not complete
+
+
+def arm_order(state: StudyState, arms: Sequence[str], n_settings: int) -> list[str]:
+    """The order the arms run in: ``arms``' order, but arms that train again only because
+    their checkpoint was lost (``lost_mid_evaluation``) go after the others. A study restored
+    elsewhere then first produces results it has none of; retraining an arm it has partial
+    results for (about an hour on the 2-core machine) comes last, so a session that ends
+    part-way has added an arm rather than repeated one."""
+    lost = [a for a in arms if lost_mid_evaluation(state, a, n_settings)]
+    return [a for a in arms if a not in lost] + lost
+
+
 def reopen_lost_arm(
     state: StudyState, arm: str, n_settings: int, log: Callable[[str], None]
 ) -> LostEval | None:
@@ -250,14 +273,9 @@ def reopen_lost_arm(
     evaluation needs the weights. Its curve and time restart with it; its partial evaluation is
     taken out of the state and returned, to be put back only if the retrained weights are the
     same (``keep_verified_eval``)."""
-    record, evaluated = state.arms[arm], state.evals.get(arm)
-    complete = (
-        evaluated is not None
-        and len(evaluated.settings) == n_settings
-        and evaluated.fidelity is not None
-    )
-    if record.status != "done" or Path(record.checkpoint).is_dir() or complete:
+    if not lost_mid_evaluation(state, arm, n_settings):
         return None
+    record = state.arms[arm]
     log(f"arm {arm}: its checkpoint {record.checkpoint} is gone; it trains again")
     state.arms[arm] = ArmState(run_id=record.run_id, retired=record.retired)
     state.curves.pop(arm, None)
