@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from envace_engine.environments import get_suite
 from envace_engine.rollout.loop import RolloutConfig
@@ -64,6 +64,8 @@ CURVE_METRICS = (
     "heldout/real_nll",
 )
 
+
+Arm = TypeVar("Arm", bound=str)  # an arm name (config.ArmName in a study)
 
 STUDY_EVAL_SLOTS = 64  # decode slots of an evaluation's sampler: 64 tasks x 2 repeats at once
 # Prefix-cache tokens an evaluation's sampler keeps, also while a rollout runs: an evaluation
@@ -255,7 +257,7 @@ def lost_mid_evaluation(state: StudyState, arm: str, n_settings: int) -> bool:
     return record.status == "done" and not Path(record.checkpoint).is_dir() and not complete
 
 
-def arm_order(state: StudyState, arms: Sequence[str], n_settings: int) -> list[str]:
+def arm_order(state: StudyState, arms: Sequence[Arm], n_settings: int) -> list[Arm]:
     """The order the arms run in: ``arms``' order, but arms that train again only because
     their checkpoint was lost (``lost_mid_evaluation``) go after the others. A study restored
     elsewhere then first produces results it has none of; retraining an arm it has partial
