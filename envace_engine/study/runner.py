@@ -263,8 +263,7 @@ def arm_order(state: StudyState, arms: Sequence[Arm], n_settings: int) -> list[A
     elsewhere then first produces results it has none of; retraining an arm it has partial
     results for (about an hour on the 2-core machine) comes last, so a session that ends
     part-way has added an arm rather than repeated one."""
-    lost = [a for a in arms if lost_mid_evaluation(state, a, n_settings)]
-    return [a for a in arms if a not in lost] + lost
+    return sorted(arms, key=lambda a: lost_mid_evaluation(state, a, n_settings))  # stable
 
 
 def reopen_lost_arm(
