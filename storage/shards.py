@@ -249,6 +249,13 @@ class RunWriter:
         last = read_progress(self.path)
         self.progress(last.done, last.total, message or last.message, status=status)
 
+    def hand_over(self, message: str) -> None:
+        """Stop the similarity helper and keep the run ``running``: the same run goes on in a
+        new program image of this process (``envace study`` after each unit)."""
+        self._similarity.close()
+        last = read_progress(self.path)
+        self.progress(last.done, last.total, message)
+
     def __enter__(self) -> RunWriter:
         return self
 

@@ -77,9 +77,11 @@ def _sft_checkpoint(folder: Path) -> Path:
 def test_tiny_study_runs_every_arm_and_a_killed_study_resumes_to_the_same_report(tmp_path):
     whole, broken = tmp_path / "whole", tmp_path / "broken"
     sft = f"model={_sft_checkpoint(tmp_path / 'sft')}"
-    done = _study(whole, "--config", str(TINY), "--set", sft)
+    done = _study(whole, "--config", str(TINY), "--set", sft, "--one-process")
     assert done.wait(timeout=600) == 0, done.stdout.read().decode()[-3000:]
-    _assert_each_arm_evaluated_before_the_next_trains(done.stdout.read().decode())
+    log = done.stdout.read().decode()
+    _assert_each_arm_evaluated_before_the_next_trains(log)
+    assert "fresh process" not in log
     report = _report(whole)
     assert {a["status"] for a in report["arms"].values()} == {"done"}
     names = {r["checkpoint"] for r in report["table"]}
@@ -91,7 +93,8 @@ def test_tiny_study_runs_every_arm_and_a_killed_study_resumes_to_the_same_report
 
     _bundle_installs(whole / "runs" / "study-tiny", tmp_path)
 
-    # kill -9 once the first arm has finished a step, then resume
+    # the default, a fresh process per unit: kill -9 once the first arm has finished a step
+    # (the study has already moved to a fresh process once), then resume
     proc = _study(broken, "--config", str(TINY), "--set", sft)
     state = broken / "runs" / "study-tiny" / "study.json"
     deadline = time.time() + 300
@@ -103,7 +106,10 @@ def test_tiny_study_runs_every_arm_and_a_killed_study_resumes_to_the_same_report
     proc.wait()
     resumed = _study(broken, "--resume", "study-tiny")
     assert resumed.wait(timeout=600) == 0, resumed.stdout.read().decode()[-3000:]
-    assert _stable(_report(broken)) == _stable(report)
+    # one fresh process after each unit: at least the arms after envace, their evals and base
+    handovers = resumed.stdout.read().decode().count("next unit in a fresh process")
+    assert handovers >= 2 * (len(ARMS) - 1) + 1, handovers
+    assert _stable(_report(broken)) == _stable(report)  # the same as in one process
     for arm in ARMS:  # every arm, also those started after the resume, used the record
         manifest = json.loads((broken / "runs" / f"study-tiny--{arm}" / "run.json").read_text())
         assert manifest["config"]["rollout"]["grounded_rehearsal"] is False, arm

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -152,9 +152,32 @@ def redo_arms(
 
 
 def run_study(
-    config: StudyConfig, study_dir: Path, sinks: RunSinks, log: Callable[[str], None]
+    config: StudyConfig,
+    study_dir: Path,
+    sinks: RunSinks,
+    log: Callable[[str], None],
+    units: int | None = None,
 ) -> StudyState:
-    """Run (or continue) the study stored in ``study_dir``; return its final state."""
+    """Run (or continue) the study stored in ``study_dir``; return its state.
+
+    ``units`` stops it after that many units (an arm's training, a checkpoint's evaluation)
+    that changed the study's state, with ``status`` still ``running``: the CLI continues in a
+    fresh process after each unit (``envace study``'s module docstring says why); ``None`` runs
+    everything in this process."""
+    worked = 0
+    state = StudyState(Path(study_dir).name)
+    for state, changed in study_units(config, study_dir, sinks, log):
+        worked += changed
+        if units is not None and worked >= units and state.status != "done":
+            break
+    return state
+
+
+def study_units(
+    config: StudyConfig, study_dir: Path, sinks: RunSinks, log: Callable[[str], None]
+) -> Iterator[tuple[StudyState, bool]]:
+    """The study, one unit at a time: after each unit the state (saved) and whether the unit
+    changed it (False for a unit already finished in an earlier process)."""
     from envace_engine.models import resolve
 
     resolve(config.model)  # a missing SFT checkpoint fails here, naming the path
@@ -174,23 +197,28 @@ def run_study(
 
     save()
     plan = make_plan(config)
-    evaluate_checkpoint(config, state, plan, ("sft", config.model), sinks, save, log)
-    publish()
+
+    def evaluated(name_model: tuple[str, str]) -> bool:
+        changed = evaluate_checkpoint(config, state, plan, name_model, sinks, save, log)
+        if changed:
+            publish()
+        return changed
+
+    yield state, evaluated(("sft", config.model))
     for arm in arm_order(state, config.arms, len(plan.settings)):
         pending = reopen_lost_arm(state, arm, len(plan.settings), log)
-        train_arm(config, arm, state, sinks, save, log)
+        trained = train_arm(config, arm, state, sinks, save, log)
         keep_verified_eval(state, arm, pending, log)
         publish()
         release_memory()
+        yield state, trained
         if state.arms[arm].checkpoint:
-            evaluate_checkpoint(
-                config, state, plan, (arm, state.arms[arm].checkpoint), sinks, save, log
-            )
-            publish()
-    evaluate_all(config, state, plan, sinks, save, log, publish)  # base, retired, added settings
+            yield state, evaluated((arm, state.arms[arm].checkpoint))
+    for name_model in checkpoints(config, state, sinks):  # base, retired, added settings
+        yield state, evaluated(name_model)
     state.status = "done"
     publish()
-    return state
+    yield state, True
 
 
 def digest(model: str) -> str:
@@ -309,14 +337,15 @@ def train_arm(
     sinks: RunSinks,
     save: Callable[[], None],
     log: Callable[[str], None],
-) -> None:
-    """Train one arm to its last step (resuming its run), unless it is done or failed."""
+) -> bool:
+    """Train one arm to its last step (resuming its run), unless it is done or failed (then
+    return False: nothing changed)."""
     from envace_engine.training.checkpoint import latest
     from envace_engine.training.trainer import train
 
     record = state.arms[arm]
     if record.status in ("done", "failed"):
-        return
+        return False
     cfg = config.arm_config(arm, record.run_id)
     run_dir = sinks.path(record.run_id)
     forget_lost_steps(state, arm, latest(run_dir) is not None, log)
@@ -346,6 +375,7 @@ def train_arm(
             record.digest = digest(str(found))
     save()
     log(f"arm {arm}: {record.status} {record.reason}".rstrip())
+    return True
 
 
 def checkpoints(config: StudyConfig, state: StudyState, sinks: RunSinks) -> list[tuple[str, str]]:
@@ -375,21 +405,6 @@ def check_retired(config: StudyConfig, state: StudyState) -> None:
             f"eval.retired names {', '.join(unknown)}: not an earlier run of an arm of this "
             f"study (its earlier runs: {', '.join(known) or 'none'})"
         )
-
-
-def evaluate_all(
-    config: StudyConfig,
-    state: StudyState,
-    plan: EvalPlan,
-    sinks: RunSinks,
-    save: Callable[[], None],
-    log: Callable[[str], None],
-    publish: Callable[[], None],
-) -> None:
-    """Evaluate every checkpoint at every setting, then in its rehearsed world (resumable)."""
-    for name_model in checkpoints(config, state, sinks):
-        if evaluate_checkpoint(config, state, plan, name_model, sinks, save, log):
-            publish()
 
 
 def evaluate_checkpoint(
