@@ -12,7 +12,7 @@ from envace_engine.config import build
 from envace_engine.study.config import StudyConfig
 from envace_engine.study.report import build_report, markdown
 from envace_engine.study.runner import _redo_suffix
-from envace_engine.study.state import ArmState, StudyState
+from envace_engine.study.state import ArmState, CheckpointEval, StudyState
 from storage.layout import read_progress, run_dir
 from storage.shards import RunWriter
 from tests.studio_data import study_state
@@ -236,3 +236,64 @@ def test_arms_retrained_for_a_lost_checkpoint_run_after_the_arms_not_yet_trained
     state.arms["envace"].checkpoint = str(tmp_path / "gone")
     state.evals["envace"].fidelity = state.evals["real-grpo"].fidelity  # evaluation complete
     assert arm_order(state, arms, 2) == arms
+
+
+def test_base_is_evaluated_before_an_arm_trains_again_for_a_lost_checkpoint(tmp_path, monkeypatch):
+    """A restored study evaluates the checkpoints no arm trains (base) before it spends an arm's
+    training on results it has part of; a fresh study keeps arms first, base after them."""
+    from envace_engine.cli.study import WriterSinks
+    from envace_engine.study import runner
+
+    config = build(
+        StudyConfig,
+        {"model": "tiny", "eval": {"budgets": [0, 2], "modes": ["parallel"], "select_budgets": []}},
+    )
+    units: list[str] = []
+
+    def train(config, arm, state, sinks, save, log):
+        record = state.arms[arm]
+        if record.status == "done":
+            return False
+        units.append(f"train {arm}")
+        record.status, record.checkpoint = "done", str(kept)
+        return True
+
+    def evaluate(config, state, plan, name_model, sinks, save, log):
+        name = name_model[0]
+        if name in state.evals and state.evals[name].fidelity is not None:
+            return False
+        units.append(f"eval {name}")
+        state.evals[name] = CheckpointEval(name_model[1], f"s--eval-{name}", fidelity=fidelity)
+        return True
+
+    monkeypatch.setattr(runner, "train_arm", train)
+    monkeypatch.setattr(runner, "evaluate_checkpoint", evaluate)
+    monkeypatch.setattr(runner, "build_report", lambda config, state: None)
+    monkeypatch.setattr(runner, "write_report", lambda report, folder: None)
+    kept = tmp_path / "step-000040"
+    kept.mkdir()
+    state = study_state(config)
+    fidelity = state.evals["sft"].fidelity
+    for arm in config.arms:
+        state.arms[arm].checkpoint = str(kept)
+    for arm in ("envace", "shared-baseline"):  # done, weights gone, evaluation unfinished
+        state.arms[arm].checkpoint = str(tmp_path / "gone")
+        state.evals[arm].fidelity = None
+    state.status = "running"
+    (tmp_path / "s").mkdir()
+    state.save(tmp_path / "s")
+    sinks = WriterSinks(tmp_path, "toy")
+    list(runner.study_units(config, tmp_path / "s", sinks, lambda line: None))
+    assert units == [
+        "eval base",
+        "train envace",
+        "eval envace",
+        "train shared-baseline",
+        "eval shared-baseline",
+    ]
+    units.clear()
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    list(runner.study_units(config, fresh, sinks, lambda line: None))
+    arms = [u for arm in config.arms for u in (f"train {arm}", f"eval {arm}")]
+    assert units == ["eval sft", *arms, "eval base"]

@@ -1,8 +1,9 @@
 """``run_study``: train every arm, evaluate every checkpoint, write the report — resumably.
 
 Order: the held-out evaluation of ``sft``; then the arms one after another (in the config's
-order, arms retrained because their checkpoint was lost last: ``arm_order``), each followed by the
-evaluation of its last checkpoint (each arm an ``envace train`` run with a checkpoint every step,
+order, arms retrained because their checkpoint was lost last: ``arm_order``, with ``base`` and
+the retired runs evaluated before the first of those), each followed by the evaluation of its
+last checkpoint (each arm an ``envace train`` run with a checkpoint every step,
 so a kill loses at most the step in flight and a resumed arm repeats none: the step is redone from
 the same checkpoint, seeds and task position, and its stored output is replaced whole); then
 ``base`` and the earlier runs of redone arms named in ``eval.retired``; then the report. Each arm's
@@ -205,7 +206,12 @@ def study_units(
         return changed
 
     yield state, evaluated(("sft", config.model))
-    for arm in arm_order(state, config.arms, len(plan.settings)):
+    order = arm_order(state, config.arms, len(plan.settings))
+    retrain = {arm for arm in order if lost_mid_evaluation(state, arm, len(plan.settings))}
+    for arm in order:
+        if arm in retrain:  # new results before repeated training: base and retired runs first
+            for name_model in untrained_checkpoints(config, state, sinks):
+                yield state, evaluated(name_model)
         pending = reopen_lost_arm(state, arm, len(plan.settings), log)
         trained = train_arm(config, arm, state, sinks, save, log)
         keep_verified_eval(state, arm, pending, log)
@@ -394,6 +400,15 @@ def checkpoints(config: StudyConfig, state: StudyState, sinks: RunSinks) -> list
             if found is not None:
                 out.append((f"{arm}-r{k}", str(found)))
     return out
+
+
+def untrained_checkpoints(
+    config: StudyConfig, state: StudyState, sinks: RunSinks
+) -> list[tuple[str, str]]:
+    """The checkpoints of ``checkpoints`` that no arm of this study trains: ``base`` and the
+    retired runs."""
+    trained = ("sft", *config.arms)
+    return [item for item in checkpoints(config, state, sinks) if item[0] not in trained]
 
 
 def check_retired(config: StudyConfig, state: StudyState) -> None:
