@@ -198,14 +198,21 @@ def test_a_finished_arm_whose_checkpoint_was_lost_mid_evaluation_trains_again(tm
     assert (fresh.status, fresh.steps_done, fresh.seconds, fresh.digest) == ("pending", 0, 0.0, "")
     assert "envace" not in state.curves and "envace" not in state.evals
     assert "is gone; it trains again" in logged[-1]
+    state.save(tmp_path)  # killed while the arm retrains: the set-aside evaluation is on disk
+    reloaded = StudyState.load(tmp_path)
+    assert reloaded is not None and reloaded.held == state.held
+    assert state.held["envace"] is lost and lost.digest == digest(str(ckpt))
+    keep_verified_eval(state, "envace", logged.append)  # still training: nothing happens
+    assert "envace" in state.held and "envace" not in state.evals
 
     def retrained(weights: bytes) -> None:  # what train_arm records once the arm is done
         (ckpt / "model.safetensors").write_bytes(weights)
         fresh.status, fresh.checkpoint, fresh.digest = "done", str(ckpt), digest(str(ckpt))
 
     retrained(b"weights-a")
-    keep_verified_eval(state, "envace", lost, logged.append)
-    assert state.evals["envace"] is lost.evaluation and lost.evaluation.model == str(ckpt)
+    keep_verified_eval(state, "envace", logged.append)
+    assert state.evals["envace"] is lost.evaluation and not state.held
+    assert lost.evaluation.model == str(ckpt)
     assert "2 settings kept" in logged[-1]
     assert reopen_lost_arm(state, "envace", 2, logged.append) is None  # checkpoint there
 
@@ -213,7 +220,7 @@ def test_a_finished_arm_whose_checkpoint_was_lost_mid_evaluation_trains_again(tm
     lost = reopen_lost_arm(state, "envace", 2, logged.append)
     fresh = state.arms["envace"]
     retrained(b"weights-b")
-    keep_verified_eval(state, "envace", lost, logged.append)
+    keep_verified_eval(state, "envace", logged.append)
     assert "envace" not in state.evals and "evaluated afresh" in logged[-1]
 
 

@@ -39,7 +39,7 @@ from envace_engine.study.evaluation import (
     plan_settings,
 )
 from envace_engine.study.report import build_report, write_report
-from envace_engine.study.state import ArmState, CheckpointEval, StudyState
+from envace_engine.study.state import ArmState, CheckpointEval, HeldEval, StudyState
 from envace_engine.types import Episode
 
 # Step metrics an arm's curves keep (the report plots them; the arm's run has all of them).
@@ -212,9 +212,9 @@ def study_units(
         if arm in retrain:  # new results before repeated training: base and retired runs first
             for name_model in untrained_checkpoints(config, state, sinks):
                 yield state, evaluated(name_model)
-        pending = reopen_lost_arm(state, arm, len(plan.settings), log)
+        reopen_lost_arm(state, arm, len(plan.settings), log)
         trained = train_arm(config, arm, state, sinks, save, log)
-        keep_verified_eval(state, arm, pending, log)
+        keep_verified_eval(state, arm, log)
         publish()
         release_memory()
         yield state, trained
@@ -270,15 +270,6 @@ def forget_lost_steps(
         state.curves.pop(arm, None)
 
 
-@dataclasses.dataclass(frozen=True)
-class LostEval:
-    """A partial evaluation taken out of the state while its arm trains again, and the digest
-    of the weights it was measured on."""
-
-    evaluation: CheckpointEval
-    digest: str
-
-
 def lost_mid_evaluation(state: StudyState, arm: str, n_settings: int) -> bool:
     """Whether ``arm`` is done but must train again: its last checkpoint is gone and its
     evaluation (``n_settings`` settings and the world evaluation) is unfinished."""
@@ -302,12 +293,13 @@ def arm_order(state: StudyState, arms: Sequence[Arm], n_settings: int) -> list[A
 
 def reopen_lost_arm(
     state: StudyState, arm: str, n_settings: int, log: Callable[[str], None]
-) -> LostEval | None:
+) -> HeldEval | None:
     """A finished arm whose last checkpoint is gone (the study restored from a copy of
     ``study.json`` elsewhere) while its evaluation is unfinished trains again from step 0 — the
     evaluation needs the weights. Its curve and time restart with it; its partial evaluation is
-    taken out of the state and returned, to be put back only if the retrained weights are the
-    same (``keep_verified_eval``)."""
+    set aside in ``state.held`` (saved with the state, so a kill while the arm retrains keeps
+    it) and returned, to be put back only if the retrained weights are the same
+    (``keep_verified_eval``)."""
     if not lost_mid_evaluation(state, arm, n_settings):
         return None
     record = state.arms[arm]
@@ -315,22 +307,24 @@ def reopen_lost_arm(
     state.arms[arm] = ArmState(run_id=record.run_id, retired=record.retired)
     state.curves.pop(arm, None)
     evaluated = state.evals.pop(arm, None)
-    return LostEval(evaluated, record.digest) if evaluated is not None else None
+    if evaluated is not None:
+        state.held[arm] = HeldEval(record.digest, evaluated)
+    return state.held.get(arm)
 
 
-def keep_verified_eval(
-    state: StudyState, arm: str, lost: LostEval | None, log: Callable[[str], None]
-) -> None:
-    """Put back the partial evaluation ``reopen_lost_arm`` took out when the retrained last
-    checkpoint has the weights it was measured on (one machine type trains the same weights);
-    otherwise it stays dropped and every setting is evaluated on the new weights."""
-    if lost is None:
-        return
+def keep_verified_eval(state: StudyState, arm: str, log: Callable[[str], None]) -> None:
+    """Once ``arm`` has finished training, put back the partial evaluation ``reopen_lost_arm``
+    set aside when the retrained last checkpoint has the weights it was measured on (one machine
+    type trains the same weights); otherwise drop it and every setting is evaluated on the new
+    weights."""
     record = state.arms[arm]
-    if lost.digest and record.status == "done" and lost.digest == record.digest:
-        lost.evaluation.model = record.checkpoint
-        state.evals[arm] = lost.evaluation
-        kept = len(lost.evaluation.settings)
+    if record.status not in ("done", "failed") or arm not in state.held:
+        return
+    held = state.held.pop(arm)
+    if held.digest and record.status == "done" and held.digest == record.digest:
+        held.evaluation.model = record.checkpoint
+        state.evals[arm] = held.evaluation
+        kept = len(held.evaluation.settings)
         log(f"arm {arm}: retrained to the same weights; {kept} settings kept")
     else:
         log(f"arm {arm}: retrained weights differ or were not recorded; evaluated afresh")

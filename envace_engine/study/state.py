@@ -77,6 +77,16 @@ class CheckpointEval:
 
 
 @dataclass
+class HeldEval:
+    """A partial evaluation set aside while its arm trains again because its checkpoint was
+    lost (``runner.reopen_lost_arm``), and the digest of the weights it was measured on: kept in
+    ``study.json`` so that a study killed while the arm retrains still has it."""
+
+    digest: str
+    evaluation: CheckpointEval
+
+
+@dataclass
 class StudyState:
     """The whole study's progress (see the module docstring)."""
 
@@ -86,6 +96,7 @@ class StudyState:
     evals: dict[str, CheckpointEval] = field(default_factory=dict)
     status: str = "running"
     start_digest: str = ""  # sha256 of the starting checkpoint's weights (``runner.digest``)
+    held: dict[str, HeldEval] = field(default_factory=dict)  # arm -> evaluation set aside
 
     def redo(self, arm: str) -> ArmState:
         """Start ``arm`` again in a new run, from the start: its curves and its evaluation go,
@@ -99,6 +110,7 @@ class StudyState:
         self.arms[arm] = ArmState(run_id=run_id, retired=retired)
         self.curves.pop(arm, None)
         self.evals.pop(arm, None)
+        self.held.pop(arm, None)
         self.status = "running"
         return self.arms[arm]
 
@@ -120,23 +132,29 @@ class StudyState:
 
 def from_dict(body: dict[str, Any]) -> StudyState:
     """A ``StudyState`` from its JSON form (``asdict``)."""
-    evals = {}
-    for name, raw in body.get("evals", {}).items():
-        settings = {k: SettingResult(**v) for k, v in raw.get("settings", {}).items()}
-        fidelity = FidelityResult(**raw["fidelity"]) if raw.get("fidelity") else None
-        evals[name] = CheckpointEval(
-            raw["model"],
-            raw["run_id"],
-            settings,
-            fidelity,
-            raw.get("error", ""),
-            raw.get("fidelity_run_id", ""),
-        )
+    held = {
+        arm: HeldEval(raw["digest"], _checkpoint_eval(raw["evaluation"]))
+        for arm, raw in body.get("held", {}).items()
+    }
     return StudyState(
         study_id=body["study_id"],
         arms={k: ArmState(**v) for k, v in body.get("arms", {}).items()},
         curves=body.get("curves", {}),
-        evals=evals,
+        evals={name: _checkpoint_eval(raw) for name, raw in body.get("evals", {}).items()},
         status=body.get("status", "running"),
         start_digest=body.get("start_digest", ""),
+        held=held,
+    )
+
+
+def _checkpoint_eval(raw: dict[str, Any]) -> CheckpointEval:
+    settings = {k: SettingResult(**v) for k, v in raw.get("settings", {}).items()}
+    fidelity = FidelityResult(**raw["fidelity"]) if raw.get("fidelity") else None
+    return CheckpointEval(
+        raw["model"],
+        raw["run_id"],
+        settings,
+        fidelity,
+        raw.get("error", ""),
+        raw.get("fidelity_run_id", ""),
     )
