@@ -207,9 +207,11 @@ def study_units(
 
     yield state, evaluated(("sft", config.model))
     order = arm_order(state, config.arms, len(plan.settings))
-    retrain = {arm for arm in order if lost_mid_evaluation(state, arm, len(plan.settings))}
+    first_retrained = next(
+        (arm for arm in order if lost_mid_evaluation(state, arm, len(plan.settings))), None
+    )
     for arm in order:
-        if arm in retrain:  # new results before repeated training: base and retired runs first
+        if arm == first_retrained:  # new results before repeated training: base, retired runs
             for name_model in untrained_checkpoints(config, state, sinks):
                 yield state, evaluated(name_model)
         reopen_lost_arm(state, arm, len(plan.settings), log)
@@ -318,10 +320,10 @@ def keep_verified_eval(state: StudyState, arm: str, log: Callable[[str], None]) 
     type trains the same weights); otherwise drop it and every setting is evaluated on the new
     weights."""
     record = state.arms[arm]
-    if record.status not in ("done", "failed") or arm not in state.held:
-        return
+    if record.status != "done" or arm not in state.held:
+        return  # still training, or failed: a failed arm keeps it set aside (nothing is lost)
     held = state.held.pop(arm)
-    if held.digest and record.status == "done" and held.digest == record.digest:
+    if held.digest and held.digest == record.digest:
         held.evaluation.model = record.checkpoint
         state.evals[arm] = held.evaluation
         kept = len(held.evaluation.settings)
