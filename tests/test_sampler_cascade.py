@@ -17,6 +17,7 @@ from envace_engine.samplers.embedded.cascade import (
     PromptSlab,
     attention_with_lse,
     common_prefix,
+    few_keys_attention,
     merge_partials,
 )
 from envace_engine.samplers.embedded.packed import PackedLinears
@@ -50,6 +51,19 @@ def test_attention_with_lse_is_softmax_attention(monkeypatch):
     for out, lse in (fused, attention_with_lse(q, k, v, mask, 0.5)):
         assert torch.allclose(lse, torch.logsumexp(scores, dim=-1), atol=1e-5)
         assert torch.allclose(out, torch.softmax(scores, dim=-1) @ v, atol=1e-5)
+
+
+def test_few_keys_attention_is_softmax_attention_over_a_slab_view():
+    gen = torch.Generator().manual_seed(1)
+    q = torch.randn(3, H, 2, D, generator=gen)
+    slab = torch.randn(2, 3, H, 10, D, generator=gen)  # [k/v, rows, heads, capacity, D]
+    k, v = slab[0, :, :, 2:7], slab[1, :, :, 2:7]  # the filled columns: views, as in a session
+    mask = torch.zeros(3, 1, 1, 5)
+    mask[0, ..., :3] = -math.inf  # a row that joined late: only its last two columns count
+    scores = q @ k.transpose(-1, -2) * 0.5 + mask
+    out, lse = few_keys_attention(q, k, v, mask, 0.5)
+    assert torch.allclose(lse, torch.logsumexp(scores, dim=-1), atol=1e-5)
+    assert torch.allclose(out, torch.softmax(scores, dim=-1) @ v, atol=1e-5)
 
 
 def test_common_prefix_by_hand():

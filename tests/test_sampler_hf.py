@@ -128,10 +128,13 @@ def test_prefix_reuse_equals_plain_path_and_prefills_prefix_once(tiny_model, tok
         lambda _m, _a, kw: shapes.append(tuple(kw["input_ids"].shape)), with_kwargs=True
     )
     try:
-        reused = HFSampler(tiny_model, tokenizer, prefix_reuse=True).generate(prompts, GREEDY)
+        # the model's own decode forward, so that the hook sees the decode batches too
+        reused = HFSampler(tiny_model, tokenizer, prefix_reuse=True, compact_decode=False)
+        reused = reused.generate(prompts, GREEDY)
     finally:
         hook.remove()
-    plain = HFSampler(tiny_model, tokenizer, prefix_reuse=False).generate(prompts, GREEDY)
+    plain = HFSampler(tiny_model, tokenizer, prefix_reuse=False, compact_decode=False)
+    plain = plain.generate(prompts, GREEDY)
     assert shapes[0] == (1, len(shared) - 1)  # the prefix, once, at batch size 1
     prefills = [n for _, n in shapes[1:] if n > 1]
     assert prefills and max(prefills) <= 5  # then only each prompt's own few tokens
@@ -296,3 +299,39 @@ def test_auto_dtype_takes_bf16_only_with_a_native_unit(tiny_model, tokenizer, mo
         HFSampler(tiny_model, tokenizer, dtype="bfloat16")
     monkeypatch.setattr(module, "cpu_bf16", lambda: None)
     assert HFSampler(tiny_model, tokenizer, dtype="auto").compute_dtype == "float32"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_compact_decode_step_equals_the_models_own_forward(tiny_model, tokenizer, prompts, dtype):
+    """``llama_step``: fp32 decodes as transformers' forward does (rounding aside); bf16 as the
+    trainer's autocast computes, within the tolerance the bf16 path keeps against fp32."""
+    if dtype == "bfloat16" and not onednn_bf16():
+        pytest.skip("this CPU cannot run oneDNN's bf16 linear (an AVX2-only CPU)")
+    compact = HFSampler(tiny_model, tokenizer, batch_size=8, dtype=dtype)
+    plain = HFSampler(tiny_model, tokenizer, batch_size=8, dtype=dtype, compact_decode=False)
+    assert compact.compact is not None and plain.compact is None
+    tol = 1e-4 if dtype == "float32" else 0.05
+    ours, ref = compact.generate(prompts, GREEDY), plain.generate(prompts, GREEDY)
+    for a, b in zip(ours, ref, strict=True):
+        assert_same(a, b, tol=tol)
+    params = SamplingParams(max_new_tokens=12, temperature=0.7, seed=5)
+    for prompt, gen in zip(prompts, compact.generate(prompts, params), strict=True):
+        expected = teacher_forced(tiny_model, prompt, gen.token_ids, 0.7)
+        assert max(abs(a - b) for a, b in zip(gen.logprobs, expected, strict=True)) < tol
+
+
+def test_compact_decode_step_is_skipped_where_it_does_not_apply(tiny_model, tokenizer):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from envace_engine.samplers.embedded.llama_step import LlamaDecodeStep, unsupported
+
+    unpacked = HFSampler(tiny_model, tokenizer, dtype="float32", packed_weights=False)
+    assert unpacked.compact is None
+    assert "packed oneDNN path is off" in (unsupported(tiny_model, unpacked.packed) or "")
+    config = GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=tokenizer.vocab_size)
+    gpt2 = GPT2LMHeadModel(config).eval()
+    sampler = HFSampler(gpt2, tokenizer, dtype="float32")
+    assert sampler.compact is None  # decodes through the model's own forward
+    assert len(sampler.generate([[1, 2, 3]], GREEDY)[0].token_ids) == GREEDY.max_new_tokens
+    with pytest.raises(ValueError, match="GPT2LMHeadModel is not a LlamaForCausalLM"):
+        LlamaDecodeStep(gpt2, sampler.packed)  # type: ignore[arg-type]

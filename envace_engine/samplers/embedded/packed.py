@@ -83,7 +83,7 @@ def supported(model: torch.nn.Module) -> bool:
     )
 
 
-class _Pack:
+class PackedGemm:
     """One packed weight for one linear layer or for siblings reading the same input.
 
     ``memo`` holds the last input, the whole output and which siblings took their columns of
@@ -120,14 +120,15 @@ class _Pack:
             self.bias = self.bias.to(self.dtype)
         self.memo = None
 
+    def matmul(self, x: torch.Tensor) -> torch.Tensor:
+        """The stacked layers' output for ``x``, in the compute dtype (``x`` cast to it)."""
+        if self.dtype is not None and x.dtype != self.dtype:
+            x = x.to(self.dtype)
+        return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
+
     def _gemm(self, x: torch.Tensor) -> torch.Tensor:
-        if self.dtype is None or x.dtype == self.dtype:
-            return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
         # bf16 GEMM on the CPU's bf16 unit, fp32 activations around it (norms, attention)
-        out = torch.ops.mkldnn._linear_pointwise(
-            x.to(self.dtype), self.weight, self.bias, "none", [], ""
-        )
-        return out.to(x.dtype)
+        return self.matmul(x).to(x.dtype)
 
     def forward_of(self, i: int) -> Callable[[torch.Tensor], torch.Tensor]:
         """The forward of the ``i``-th linear layer."""
@@ -168,26 +169,19 @@ class PackedLinears:
     """Packed weights of ``model``'s linear layers, kept in step with the live weights.
 
     ``dtype``: the GEMMs' compute dtype (``torch.bfloat16``: bf16 copies of the weights, inputs
-    cast to bf16 and outputs back); None computes in the weights' own dtype. ``keep`` (the
-    LM head) stays in its own dtype: the sampler's log-probs come from it.
+    cast to bf16 and outputs back); None computes in the weights' own dtype. The LM head too:
+    a bf16-autocast trainer computes its log-probs from a bf16 head (``logprobs._tile``), and
+    in fp32 the head alone took as long as every other GEMM of a decode step
+    (``bench/decode_step.py``).
     """
 
     def __init__(
-        self,
-        model: torch.nn.Module,
-        enabled: bool = True,
-        dtype: torch.dtype | None = None,
-        keep: torch.nn.Module | None = None,
+        self, model: torch.nn.Module, enabled: bool = True, dtype: torch.dtype | None = None
     ) -> None:
         self.model = model
         self.enabled = enabled and supported(model)
         self.dtype = dtype
-        head = keep
-        self.packs = (
-            [_Pack(g, None if any(m is head for m in g) else dtype) for g in _groups(model)]
-            if self.enabled
-            else []
-        )
+        self.packs = [PackedGemm(g, dtype) for g in _groups(model)] if self.enabled else []
         self._stamp: tuple[int, ...] = ()
 
     def refresh(self) -> None:
@@ -202,6 +196,20 @@ class PackedLinears:
             for pack in self.packs:
                 pack.pack()
         self._stamp = stamp
+
+    def pack_of(
+        self, linear: torch.nn.Module, members: tuple[torch.nn.Module, ...] | None = None
+    ) -> PackedGemm:
+        """The packed GEMM of ``linear``, stacked with exactly ``members`` (default: alone)."""
+        want = list(members or (linear,))
+        for pack in self.packs:
+            if pack.linears[0] is linear:
+                if len(pack.linears) == len(want) and all(
+                    a is b for a, b in zip(pack.linears, want, strict=True)
+                ):
+                    return pack
+                break
+        raise ValueError(f"no packed GEMM stacks exactly {len(want)} layer(s) from {linear!r}")
 
     @contextlib.contextmanager
     def active(self) -> Iterator[None]:

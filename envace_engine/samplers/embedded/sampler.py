@@ -40,6 +40,7 @@ from envace_engine.samplers.embedded.kv import (
     SlabLayer,
     storage_bytes,
 )
+from envace_engine.samplers.embedded.llama_step import LlamaDecodeStep, unsupported
 from envace_engine.samplers.embedded.packed import (
     PackedLinears,
     cpu_bf16,
@@ -78,11 +79,12 @@ class HFSampler:
     (SmolLM2-135M: 46 KB of fp32 K/V per token, so 65536 tokens = 3 GB). ``packed_weights``
     runs the forwards from oneDNN-packed copies of the linear weights (``packed.py``: faster on
     a CPU); ``dtype`` (``auto`` | ``float32`` | ``bfloat16``) is their compute dtype: ``auto``
-    takes bf16 where the CPU has a native bf16 unit (AMX-BF16, AVX512-BF16), keeping the LM
-    head, norms and attention in fp32, so the log-probs stay close to the fp32 trainer's
-    (``rollout/logprob_diff`` measures how close). The packed copies are one more copy of the
-    weights in memory. On a CPU it also makes the process keep freed heap memory for reuse
-    (``heap.py``).
+    takes bf16 where the CPU has a native bf16 unit (AMX-BF16, AVX512-BF16), keeping norms,
+    attention and the softmax over the logits in fp32, so the log-probs stay close to the
+    trainer's (``rollout/logprob_diff`` measures how close). The packed copies are one more
+    copy of the weights in memory. ``compact_decode`` runs decode steps of a Llama model
+    through ``llama_step`` instead of the model's own forward (fewer operations per step). On
+    a CPU it also makes the process keep freed heap memory for reuse (``heap.py``).
     """
 
     def __init__(
@@ -96,6 +98,7 @@ class HFSampler:
         call_cache_tokens: int | None = None,
         packed_weights: bool = True,
         dtype: str = "auto",
+        compact_decode: bool = True,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size={batch_size}: use at least 1 prompt per forward batch")
@@ -112,10 +115,13 @@ class HFSampler:
             model,
             enabled=packed_weights,
             dtype=torch.bfloat16 if self.compute_dtype == "bfloat16" else None,
-            keep=model.get_output_embeddings(),
         )
         if model.device.type == "cpu":
             keep_freed_memory()  # process-wide: see heap.py
+        why_not = unsupported(model, self.packed) if compact_decode else "compact_decode=False"
+        # ``unsupported`` returned None: the model is a LlamaForCausalLM
+        self.compact = LlamaDecodeStep(cast(Any, model), self.packed) if why_not is None else None
+        LOG.debug("embedded sampler decode step: %s", why_not or "compact (llama_step)")
         self._weights_stamp: tuple[int, ...] = ()
         self._open: list[DecodeSession] = []  # sessions in flight (``kv_memory``)
         self.prefilled = 0  # prompt tokens actually run through the model (metrics, tests)
@@ -269,10 +275,28 @@ class HFSampler:
         with self.packed.active():
             return self.model(**inputs)
 
-    def decode_forward(self, slabs: tuple[PromptSlab, ...], **inputs: Any) -> Any:
-        """A decode step's forward, attention reading the sessions' prompt slabs (``cascade``)."""
+    def decode_logits(
+        self,
+        slabs: tuple[PromptSlab, ...],
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        cache: Cache,
+    ) -> torch.Tensor:
+        """A decode step's fp32 logits, attention reading the session's prompt slabs
+        (``cascade``): the compact step where it applies (``llama_step``), else the model's
+        own forward."""
+        if self.compact is not None:
+            return self.compact(input_ids, position_ids, attention_mask, cache, slabs)
         with cascade.active(self.model, slabs):
-            return self.forward(**inputs)
+            out = self.forward(
+                input_ids=input_ids[:, None],
+                attention_mask=attention_mask,
+                position_ids=position_ids[:, None],
+                cache=cache,
+                use_cache=True,
+            )
+        return out.logits[:, -1, :].float()
 
     def count_prefilled(self, n: int) -> None:
         """Count prompt tokens a session ran in its decode step (``prefilled``)."""
@@ -325,7 +349,7 @@ def compute_dtype(model: PreTrainedModel, dtype: str, packed: bool) -> str:
 def _log_choice(dtype: str, unit: str | None) -> None:
     if dtype == "bfloat16":
         note = f"CPU has {unit}" if unit else "no native bf16 unit: emulated, likely slower"
-        LOG.info("embedded sampler: bf16 GEMMs on oneDNN-packed weights (%s), fp32 LM head", note)
+        LOG.info("embedded sampler: bf16 GEMMs on oneDNN-packed weights (%s)", note)
     else:
         LOG.info("embedded sampler: fp32 GEMMs (no native bf16 unit, or dtype=float32)")
 

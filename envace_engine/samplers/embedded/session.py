@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
+from transformers.cache_utils import Cache
 
 from envace_engine.samplers.base import Generation, SamplingParams
 from envace_engine.samplers.embedded.cascade import PromptSlab
@@ -68,8 +69,17 @@ class DecodeModel(Protocol):
         """End-of-sequence ids every request stops at (besides its own)."""
         ...
 
-    def decode_forward(self, slabs: tuple[PromptSlab, ...], **inputs: Any) -> Any:
-        """One forward of the model whose attention also reads the prompt ``slabs``."""
+    def decode_logits(
+        self,
+        slabs: tuple[PromptSlab, ...],
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        cache: Cache,
+    ) -> torch.Tensor:
+        """One decode step's fp32 logits ``[rows, vocab]`` for one new token per row
+        (``input_ids``/``position_ids`` ``[rows]``), attention reading the prompt ``slabs`` and
+        the rows' own columns in ``cache`` behind the additive ``attention_mask``."""
         ...
 
     def finish(self, ids: list[int], logprobs: list[float], reason: str) -> Generation:
@@ -187,15 +197,9 @@ class DecodeSession:
             layer.rows = k
         # Additive [k, 1, 1, columns] mask: transformers passes a 4D mask through untouched.
         mask = torch.where(self.mask[:k, None, None, :], 0.0, self._blocked)
-        out = self.m.decode_forward(
-            (self.prefixes, self.rests),
-            input_ids=self.next_input[:k, None],
-            attention_mask=mask,
-            position_ids=self.next_pos[:k, None],
-            cache=self.cache,
-            use_cache=True,
+        logits = self.m.decode_logits(
+            (self.prefixes, self.rests), self.next_input[:k], self.next_pos[:k], mask, self.cache
         )
-        logits = out.logits[:, -1, :].float()
         tokens, logprobs = pick_tokens(logits, self.params, self.generator)
         for j in busy:
             finished.extend(self._take(j, int(tokens[j]), float(logprobs[j])))

@@ -1,0 +1,155 @@
+"""A compact decode step for Llama-architecture models (the embedded sampler's hot loop).
+
+Why. A decode step feeds one token per row through every layer, so its tensors are tiny
+(``[rows, 576]`` for SmolLM2-135M) and its cost is the number of operations, not their size:
+profiled (docs/samplers.md, "Where the time goes"), a rollout's time went to ~15 k profiler
+events per forward — transformers' per-module machinery (kwarg shims, output capturing, mask
+creation, the attention-interface lookup, ``Cache.update`` dispatch), the packed linears' input
+and output casts, the cascade merges — more than to the GEMMs' arithmetic. This module runs
+the same math as ``LlamaForCausalLM.forward`` for one new token per row as one plain function
+over the layers, calling the packed GEMMs (``packed.PackedGemm``) and the cascade attention
+(``cascade.decode_attention``) directly.
+
+Numerics. With fp32 GEMMs it is transformers' forward up to float rounding (the tests compare
+logits). With bf16 GEMMs it computes as the trainer does under bf16 autocast
+(``training/``): each GEMM's input is cast to bf16 once and its output stays bf16 until it
+meets fp32 — rotary embedding, the residual stream, norms and attention stay fp32 — and the
+MLP's ``silu(gate) * up`` runs in bf16, as autocast runs it; so do the LM head's logits,
+as the trainer's (``logprobs._tile``), before the fp32 softmax.
+
+Prefill and every other forward still go through transformers (large row counts: overhead
+is small there). Models this does not cover (``unsupported``) decode through transformers too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import cast
+
+import torch
+import torch.nn.functional as F
+from transformers.cache_utils import Cache
+from transformers.models.llama.modeling_llama import (
+    LlamaConfig,
+    LlamaDecoderLayer,
+    LlamaForCausalLM,
+    LlamaRMSNorm,
+)
+
+from envace_engine.samplers.embedded import cascade
+from envace_engine.samplers.embedded.cascade import PromptSlab
+from envace_engine.samplers.embedded.kv import SlabLayer
+from envace_engine.samplers.embedded.packed import PackedGemm, PackedLinears
+
+
+def unsupported(model: torch.nn.Module, packed: PackedLinears) -> str | None:
+    """Why the compact step cannot run ``model`` (None when it can)."""
+    if not isinstance(model, LlamaForCausalLM):  # SmolLM2 and the ``tiny`` test model
+        return f"{type(model).__name__} is not a LlamaForCausalLM"
+    config = model.config
+    if config.hidden_act != "silu":
+        return f"activation {config.hidden_act!r} (the step implements silu)"
+    if getattr(config, "pretraining_tp", 1) != 1:
+        return "pretraining_tp != 1"
+    if not packed.enabled:
+        return "the packed oneDNN path is off (CUDA, DTensor, or packed_weights=False)"
+    return None
+
+
+@dataclass(frozen=True)
+class _Layer:
+    """One decoder layer's pieces: its norms (weights read at each step) and packed GEMMs."""
+
+    norm_in: LlamaRMSNorm
+    norm_post: LlamaRMSNorm
+    qkv: PackedGemm
+    o: PackedGemm
+    gate_up: PackedGemm
+    down: PackedGemm
+
+
+class LlamaDecodeStep:
+    """``__call__`` = one decode step's logits, ``[rows, vocab]`` fp32 (see module doc)."""
+
+    def __init__(self, model: LlamaForCausalLM, packed: PackedLinears) -> None:
+        reason = unsupported(model, packed)
+        if reason is not None:
+            raise ValueError(f"compact decode step: {reason}")
+        config: LlamaConfig = model.config
+        self.heads = config.num_attention_heads
+        self.kv_heads = config.num_key_value_heads or self.heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        self.scale = self.head_dim**-0.5
+        self.inner = model.model  # modules, not weights: a replaced Parameter is seen
+        self.packed = packed
+        self.head = packed.pack_of(model.lm_head)
+        self.layers = [self._layer(cast(LlamaDecoderLayer, la)) for la in self.inner.layers]
+
+    def _layer(self, layer: LlamaDecoderLayer) -> _Layer:
+        attn, mlp = layer.self_attn, layer.mlp
+        return _Layer(
+            norm_in=layer.input_layernorm,
+            norm_post=layer.post_attention_layernorm,
+            qkv=self.packed.pack_of(attn.q_proj, (attn.q_proj, attn.k_proj, attn.v_proj)),
+            o=self.packed.pack_of(attn.o_proj),
+            gate_up=self.packed.pack_of(mlp.gate_proj, (mlp.gate_proj, mlp.up_proj)),
+            down=self.packed.pack_of(mlp.down_proj),
+        )
+
+    @torch.inference_mode()
+    def __call__(
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        cache: Cache,
+        slabs: Sequence[PromptSlab],
+    ) -> torch.Tensor:
+        """Logits of one step: ``input_ids``/``position_ids`` ``[rows]``, ``attention_mask`` the
+        additive ``[rows, 1, 1, columns]`` mask of the rows' own columns in ``cache``."""
+        self.packed.refresh()
+        h = F.embedding(input_ids, self.inner.embed_tokens.weight)  # fp32 residual stream
+        cos, sin = self.inner.rotary_emb(h[:, None], position_ids[:, None])  # [rows, 1, d]
+        half = self.head_dim // 2
+        # rotate_half(x) * sin == roll(x, half) * (sin with its first half negated)
+        sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+        for i, layer in enumerate(self.layers):
+            h = self._attention(i, layer, h, cos, sin, attention_mask, cache, slabs)
+            h = self._mlp(layer, h)
+        return self.head.matmul(_rms_norm(h, self.inner.norm)).float()
+
+    def _attention(
+        self,
+        i: int,
+        layer: _Layer,
+        h: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        mask: torch.Tensor,
+        cache: Cache,
+        slabs: Sequence[PromptSlab],
+    ) -> torch.Tensor:
+        rows, d = h.shape[0], self.head_dim
+        qkv = layer.qkv.matmul(_rms_norm(h, layer.norm_in))
+        rotated = self.heads + self.kv_heads
+        qk = qkv[:, : rotated * d].view(rows, rotated, d)  # q heads then k heads
+        qk = torch.addcmul(qk * cos, qk.roll(d // 2, dims=-1), sin)  # fp32 from here
+        g = self.heads // self.kv_heads
+        q = qk[:, : self.heads].view(rows, self.kv_heads, g, d)  # GQA: heads as query rows
+        k = qk[:, self.heads :, None]  # [rows, kv_heads, 1, d]
+        v = qkv[:, rotated * d :].view(rows, self.kv_heads, 1, d)
+        keys, values = cast(SlabLayer, cache.layers[i]).update(k, v)  # the session's slabs
+        out = cascade.decode_attention(q, keys, values, mask, slabs, i, self.scale)
+        return h + layer.o.matmul(out.view(rows, self.heads * d))
+
+    def _mlp(self, layer: _Layer, h: torch.Tensor) -> torch.Tensor:
+        gate, up = layer.gate_up.matmul(_rms_norm(h, layer.norm_post)).chunk(2, dim=-1)
+        return h + layer.down.matmul(F.silu(gate) * up)
+
+
+def _rms_norm(h: torch.Tensor, norm: LlamaRMSNorm) -> torch.Tensor:
+    """transformers' ``LlamaRMSNorm`` of an fp32 input (the same operations, so the same
+    rounding; ``F.rms_norm`` on a CPU decomposes into more of them)."""
+    eps = norm.variance_epsilon
+    return norm.weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps))
