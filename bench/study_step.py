@@ -13,6 +13,8 @@ their order rotating round by round:
 * ``fp32`` — ``sampler_dtype = "float32"`` and ``bf16 = false``: the engine before bf16;
 * ``unpacked`` — ``bf16`` with ``pack_episodes = false``: every row its own sequence.
 
+``--variants bf16,fp32`` runs only those (the others' keys are null).
+
 Both start from the same checkpoint with the same seeds and tasks, so they roll out the same
 prompts; the sampled continuations differ only through numerics, and the JSON reports each
 variant's sampled tokens per second beside its step time so a difference in lengths shows.
@@ -21,7 +23,8 @@ Prints one JSON object as the last line: medians over every step of every round 
 ``step_s``, ``rollout_s`` and ``train_s`` per variant, ``ratio`` = bf16 / fp32 median step
 time (< 1: bf16 is faster), ``rollout_ratio`` and ``train_ratio`` the same for the two parts,
 ``pack_ratio`` / ``pack_train_ratio`` = bf16 / unpacked step and training time, the median
-``forward_tokens`` per step of each variant (what packing saves), each variant's peak RSS
+``forward_tokens`` per step of each variant (what packing saves), its median
+``logprob_diff`` and ``mismatch_kl`` (sampler vs trainer log-probs), each variant's peak RSS
 (``ru_maxrss`` of its child) and its ``compute_dtype``. Because the variants' rollouts diverge
 after step 0, their steps train different numbers of tokens; ``{variant}_train_ms_per_token``
 (median over steps of training time per forward token) and ``train_token_ratio`` (bf16 / fp32
@@ -69,6 +72,8 @@ PERF = (
     "perf/train_s",
     "perf/tokens_per_s",
     "optim/forward_tokens",
+    "rollout/logprob_diff",  # sampler/trainer mismatch: mean |Δ log-prob| on sampled tokens
+    "rollout/mismatch_kl",  # and the k3 KL estimate
 )
 
 
@@ -128,6 +133,11 @@ def summarize(runs: list[dict]) -> dict:
     out: dict = {}
     for variant in VARIANTS:
         mine = [r for r in runs if r["variant"] == variant]
+        if not mine:  # left out with --variants: its keys are null
+            out.update({f"{variant}_{key.split('/')[1]}": None for key in PERF})
+            extra = ("train_ms_per_token", "peak_rss_mb", "compute_dtype")
+            out.update({f"{variant}_{key}": None for key in extra})
+            continue
         for key in PERF:
             values = [s[key] for r in mine for s in r["steps"] if key in s]
             # a step with nothing scorable trains nothing and reports no forward tokens
@@ -141,16 +151,18 @@ def summarize(runs: list[dict]) -> dict:
         out[f"{variant}_train_ms_per_token"] = round(statistics.median(per_token or [0.0]), 4)
         out[f"{variant}_peak_rss_mb"] = max(r["peak_rss_mb"] for r in mine)
         out[f"{variant}_compute_dtype"] = mine[0]["compute_dtype"]
-    out["ratio"] = round(out["bf16_step_s"] / out["fp32_step_s"], 3)
-    out["rollout_ratio"] = round(out["bf16_rollout_s"] / out["fp32_rollout_s"], 3)
-    out["train_ratio"] = round(out["bf16_train_s"] / out["fp32_train_s"], 3)
-    fp32_per_token = out["fp32_train_ms_per_token"]
-    out["train_token_ratio"] = (
-        round(out["bf16_train_ms_per_token"] / fp32_per_token, 3) if fp32_per_token else None
-    )
-    out["rss_ratio"] = round(out["bf16_peak_rss_mb"] / out["fp32_peak_rss_mb"], 3)
-    out["pack_ratio"] = round(out["bf16_step_s"] / out["unpacked_step_s"], 3)
-    out["pack_train_ratio"] = round(out["bf16_train_s"] / out["unpacked_train_s"], 3)
+    ratios = {
+        "ratio": ("bf16_step_s", "fp32_step_s"),
+        "rollout_ratio": ("bf16_rollout_s", "fp32_rollout_s"),
+        "train_ratio": ("bf16_train_s", "fp32_train_s"),
+        "train_token_ratio": ("bf16_train_ms_per_token", "fp32_train_ms_per_token"),
+        "rss_ratio": ("bf16_peak_rss_mb", "fp32_peak_rss_mb"),
+        "pack_ratio": ("bf16_step_s", "unpacked_step_s"),
+        "pack_train_ratio": ("bf16_train_s", "unpacked_train_s"),
+    }
+    for name, (num, den) in ratios.items():
+        a, b = out.get(num), out.get(den)
+        out[name] = round(a / b, 3) if a is not None and b else None
     return out
 
 
@@ -162,6 +174,9 @@ def main() -> None:
     parser.add_argument("--arm", default="envace", help="the arm whose step is timed")
     parser.add_argument("--steps", type=int, default=3, help="steps per child")
     parser.add_argument("--rounds", type=int, default=1, help="runs of every variant, rotating")
+    parser.add_argument(
+        "--variants", default=",".join(VARIANTS), help="which to run (default: all three)"
+    )
     parser.add_argument("--child", choices=sorted(VARIANTS), help=argparse.SUPPRESS)
     add_record_flag(parser)
     args = parser.parse_args()
@@ -171,7 +186,9 @@ def main() -> None:
         print(json.dumps(_child(args)))
         return
     runs = []
-    names = list(VARIANTS)
+    names = [v for v in VARIANTS if v in args.variants.split(",")]
+    if "bf16" not in names:
+        parser.error(f"--variants {args.variants!r}: needs bf16 (every ratio is of bf16)")
     for round_ in range(args.rounds):
         shift = round_ % len(names)
         for variant in names[shift:] + names[:shift]:
