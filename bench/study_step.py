@@ -113,7 +113,7 @@ def _child(args: argparse.Namespace) -> dict:
     return {
         "variant": args.child,
         "compute_dtype": parts.sampler.compute_dtype,
-        "steps": [{k: round(s[k], 3) for k in PERF if k in s} for s in steps],
+        "steps": [{k: float(f"{s[k]:.4g}") for k in PERF if k in s} for s in steps],
         "wall_s": round(wall, 2),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
@@ -141,7 +141,8 @@ def summarize(runs: list[dict]) -> dict:
         for key in PERF:
             values = [s[key] for r in mine for s in r["steps"] if key in s]
             # a step with nothing scorable trains nothing and reports no forward tokens
-            out[f"{variant}_{key.split('/')[1]}"] = round(statistics.median(values or [0.0]), 3)
+            median = statistics.median(values or [0.0])
+            out[f"{variant}_{key.split('/')[1]}"] = float(f"{median:.4g}")  # 4 digits
         per_token = [
             1000 * s["perf/train_s"] / s["optim/forward_tokens"]
             for r in mine
