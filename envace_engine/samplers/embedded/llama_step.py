@@ -11,11 +11,12 @@ over the layers, calling the packed GEMMs (``packed.PackedGemm``) and the cascad
 (``cascade.decode_attention``) directly.
 
 Numerics. With fp32 GEMMs it is transformers' forward up to float rounding (the tests compare
-logits). With bf16 GEMMs it computes as the trainer does under bf16 autocast
-(``training/``): each GEMM's input is cast to bf16 once and its output stays bf16 until it
-meets fp32 — rotary embedding, the residual stream, norms and attention stay fp32 — and the
-MLP's ``silu(gate) * up`` runs in bf16, as autocast runs it; so do the LM head's logits,
-as the trainer's (``logprobs._tile``), before the fp32 softmax.
+generations and log-probs). With bf16 GEMMs it computes the GEMMs as the trainer does under bf16
+autocast (``training/``): each GEMM's input is cast to bf16 once and its output stays bf16
+until it meets fp32 — rotary embedding, the residual stream and norms stay fp32 — and the
+MLP's ``silu(gate) * up`` runs in bf16, as autocast runs it; so do the LM head's logits, as
+the trainer's (``logprobs._tile``), before the fp32 softmax. Attention stays fp32 (the
+trainer's runs in bf16 under CPU autocast).
 
 Prefill and every other forward still go through transformers (large row counts: overhead
 is small there). Models this does not cover (``unsupported``) decode through transformers too.
