@@ -32,7 +32,6 @@ import torch
 import torch.nn.functional as F
 from transformers.cache_utils import Cache
 from transformers.models.llama.modeling_llama import (
-    LlamaConfig,
     LlamaDecoderLayer,
     LlamaForCausalLM,
     LlamaRMSNorm,
@@ -77,12 +76,11 @@ class LlamaDecodeStep:
         reason = unsupported(model, packed)
         if reason is not None:
             raise ValueError(f"compact decode step: {reason}")
-        config: LlamaConfig = model.config
-        self.heads = config.num_attention_heads
-        self.kv_heads = config.num_key_value_heads or self.heads
-        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
-        self.scale = self.head_dim**-0.5
         self.inner = model.model  # modules, not weights: a replaced Parameter is seen
+        attn = cast(LlamaDecoderLayer, self.inner.layers[0]).self_attn  # the model's geometry
+        self.heads = model.config.num_attention_heads
+        self.kv_heads = self.heads // attn.num_key_value_groups
+        self.head_dim, self.scale = attn.head_dim, attn.scaling
         self.packed = packed
         self.head = packed.pack_of(model.lm_head)
         self.layers = [self._layer(cast(LlamaDecoderLayer, la)) for la in self.inner.layers]
