@@ -67,10 +67,9 @@ def few_keys_attention(
     D]``, ``k``/``v`` ``[B, H, W, D]`` (views of a slab whose ``B`` and ``H`` dims merge), an
     additive ``mask`` broadcast to ``[B, H, G, W]`` that leaves every query at least one key.
 
-    Why. At a few dozen keys the fused CPU flash kernel's fixed cost per (row, head) dominates:
-    for 32 rows x 3 K/V heads x 3 queries it took 173 µs at 16 keys and 263 µs at 64, against
-    74 and 185 µs for three batched matrix products (2 cores, AVX512-BF16 EPYC); from about a
-    hundred keys on the kernel wins (514 vs 597 µs at 200), hence ``FEW_KEYS``.
+    Why. At a few dozen keys the fused CPU flash kernel's fixed cost per (row, head) dominates,
+    and three batched matrix products are faster; by 200 keys the two are even
+    (``bench/decode_step.py``'s ``own_attention_us`` times both), hence ``FEW_KEYS``.
     """
     b, h, g, d = q.shape
     w = k.shape[-2]
