@@ -320,7 +320,13 @@ class SFTConfig(Section):
         "context (and, with role 'memory', whose memory is written from an imagined attempt)",
     )
     max_steps: int = Field(100, ge=1)
-    batch_size: int = Field(8, ge=1)
+    batch_size: int = Field(8, ge=1, description="sequences per step (see pack_turns)")
+    pack_turns: bool = Field(
+        False,
+        description="one sequence per task's nested act turns (turn k's prompt holds every "
+        "earlier turn): one forward for all of them, the loss and gradients of separate "
+        "examples; batch_size then counts sequences, so a step sees more turns",
+    )
     lr: float = Field(1e-4, gt=0)
     lr_schedule: Literal["constant", "cosine"] = "constant"
     warmup_steps: int = Field(0, ge=0, description="linear warm-up steps before the schedule")

@@ -73,6 +73,7 @@ class ChatSample:
     target: str
     role: str  # "act" | "rehearse" | "memory"
     group: str = ""  # examples of one group share their prompt's head (a role, a tool set)
+    source: str = ""  # the task it was rendered from (SFT packs a task's nested act turns)
 
 
 def to_chat(messages: Sequence[Message]) -> list[dict[str, str]]:

@@ -19,8 +19,9 @@ tokens of its text plus the end-of-turn token — the ids the policy must sample
 
 Why our own loop rather than TRL's ``SFTTrainer`` (``bench/sft_step.py`` compares them on the
 same batch): batches are bucketed by length (little padding), the LM head runs only on
-completion tokens (``logprobs.completion_logprobs``: no ``[B, L, V]`` logits), and bf16
-autocast runs the GEMMs on the CPU's bf16 units while the weights and AdamW state stay fp32.
+completion tokens (``logprobs.completion_logprobs``: no ``[B, L, V]`` logits), with
+``pack_turns`` a task's nested act turns are one sequence (``chains``), and bf16 autocast runs
+the GEMMs on the CPU's bf16 units while the weights and AdamW state stay fp32.
 The loss is the mean negative log-likelihood over a batch's completion tokens, as TRL's.
 """
 
@@ -96,7 +97,7 @@ def task_samples(task: Task, pool: Sequence[Task], config: SFTConfig) -> list[Ch
     if config.memory_fraction > 0 and _with_memory(task, config):
         samples += memory_samples(task, tools, examples, write="memory" in config.roles)
     names = ",".join(sorted(str(t.get("function", t).get("name")) for t in tools))
-    return [dataclasses.replace(s, group=f"{s.role}|{names}") for s in samples]
+    return [dataclasses.replace(s, group=f"{s.role}|{names}", source=task.id) for s in samples]
 
 
 def _with_memory(task: Task, config: SFTConfig) -> bool:
@@ -142,6 +143,7 @@ class Example:
     completion_ids: tuple[int, ...]
     target: str
     group: str = ""  # as ChatSample.group: batches never mix groups
+    source: str = ""  # as ChatSample.source: the task
 
     @property
     def length(self) -> int:
@@ -158,41 +160,78 @@ def tokenize(samples: Sequence[ChatSample], chat: ChatTokenizer) -> list[Example
             (*chat.encode(s.target), chat.eos_id),
             s.target,
             s.group,
+            s.source,
         )
         for s in samples
     ]
 
 
-def bucketed_batches(examples: Sequence[Example], batch_size: int, seed: int) -> list[list[int]]:
-    """One epoch of batches (indices): a seeded shuffle, then each window of ``BUCKET_BATCHES``
-    batches sorted by group and length and cut into batches that never cross a group; then the
-    batch order is shuffled. A group's examples share their prompt head (one role, one tool
-    set: the system message and tool schemas), so a batch's common prefix runs through the model
-    once (``batching.collate(share_prefix=True)``), and sorting by length keeps padding small.
-    A group's last batch of a window may be smaller than ``batch_size``."""
+@dataclass(frozen=True)
+class Chain:
+    """What a batch is made of: one example, or (``pack_turns``) a task's nested examples of
+    one role — example k+1's prompt starts with example k's prompt and completion, as a task's
+    act turns do — which one sequence holds with every member's completion in place
+    (``batching.Unit``: the same values and gradients as separate rows)."""
+
+    members: tuple[int, ...]  # indices into the examples, shortest first
+    group: str
+    length: int  # tokens of the sequence: the last member's prompt + completion
+
+
+def chains(examples: Sequence[Example], pack: bool) -> list[Chain]:
+    """``examples`` as ``Chain``s: one per example, or (``pack``) per nested chain of one task
+    and role (an example joins the first chain whose sequence its prompt starts with)."""
+    if not pack:
+        return [Chain((i,), e.group, e.length) for i, e in enumerate(examples)]
+    open_chains: dict[tuple[str, str, str], list[list[int]]] = {}
+    for i in sorted(range(len(examples)), key=lambda i: len(examples[i].prompt_ids)):
+        e = examples[i]
+        pool = open_chains.setdefault((e.source, e.role, e.group), [])
+        for members in pool:
+            tail = examples[members[-1]]
+            seq = tail.prompt_ids + tail.completion_ids
+            if e.source and e.prompt_ids[: len(seq)] == seq:
+                members.append(i)
+                break
+        else:
+            pool.append([i])
+    found = [m for pool in open_chains.values() for m in pool]
+    found.sort(key=lambda m: m[0])  # the examples' (seeded) order, not the dict's
+    return [Chain(tuple(m), examples[m[0]].group, examples[m[-1]].length) for m in found]
+
+
+def bucketed_batches(
+    items: Sequence[Example | Chain], batch_size: int, seed: int
+) -> list[list[int]]:
+    """One epoch of batches (indices into ``items``): a seeded shuffle, then each window of
+    ``BUCKET_BATCHES`` batches sorted by group and length and cut into batches that never cross
+    a group; then the batch order is shuffled. A group's items share their prompt head (one
+    role, one tool set: the system message and tool schemas), so a batch's common prefix runs
+    through the model once (``batching.collate(share_prefix=True)``), and sorting by length
+    keeps padding small. A group's last batch of a window may be smaller than ``batch_size``."""
     rng = random.Random(seed)
-    order = list(range(len(examples)))
+    order = list(range(len(items)))
     rng.shuffle(order)
     window = batch_size * BUCKET_BATCHES
     batches: list[list[int]] = []
     for start in range(0, len(order), window):
         chunk = sorted(
             order[start : start + window],
-            key=lambda i: (examples[i].group, examples[i].length),
+            key=lambda i: (items[i].group, items[i].length),
         )
-        for _, members in itertools.groupby(chunk, key=lambda i: examples[i].group):
+        for _, members in itertools.groupby(chunk, key=lambda i: items[i].group):
             picked = list(members)
             batches += [picked[i : i + batch_size] for i in range(0, len(picked), batch_size)]
     rng.shuffle(batches)
     return batches
 
 
-def batch_stream(examples: Sequence[Example], batch_size: int, seed: int, steps: int):
+def batch_stream(items: Sequence[Example | Chain], batch_size: int, seed: int, steps: int):
     """``steps`` batches of indices, epoch after epoch (each epoch reshuffled and re-bucketed)."""
     epoch = 0
     produced = 0
     while produced < steps:
-        for batch in bucketed_batches(examples, batch_size, derive_seed(seed, "sft-epoch", epoch)):
+        for batch in bucketed_batches(items, batch_size, derive_seed(seed, "sft-epoch", epoch)):
             if produced == steps:
                 return
             yield epoch, batch
@@ -212,11 +251,13 @@ def lr_at(step: int, config: SFTConfig) -> float:
     return floor + (config.lr - floor) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-def as_rows(examples: Sequence[Example]) -> list[TrainRow]:
-    """``TrainRow``s for ``batching.collate`` (no sampler log-probs: zeros, unused here)."""
+def as_rows(examples: Sequence[Example], chain_ids: Sequence[int] | None = None) -> list[TrainRow]:
+    """``TrainRow``s for ``batching.collate`` (no sampler log-probs: zeros, unused here); rows
+    of one chain (``chain_ids``) share an episode id, which ``collate(pack=True)`` packs by."""
+    ids = chain_ids if chain_ids is not None else [0] * len(examples)
     return [
         TrainRow(
-            episode_id="sft",
+            episode_id=f"sft-{chain}",
             group_id="sft",
             role=Role.REHEARSE if e.role == "rehearse" else Role.ACT,
             prompt_ids=e.prompt_ids,
@@ -224,8 +265,21 @@ def as_rows(examples: Sequence[Example]) -> list[TrainRow]:
             old_logprobs=(0.0,) * len(e.completion_ids),
             reward=None,
         )
-        for e in examples
+        for e, chain in zip(examples, ids, strict=True)
     ]
+
+
+def chain_batch(
+    examples: Sequence[Example], found: Sequence[Chain], picked: Sequence[int], pad: int
+):
+    """The ``batching.Batch`` of chains ``picked``: their prompt head shared, each chain one
+    sequence; its rows are the members' examples in chain order (``Batch.positions``)."""
+    from envace_engine.training.batching import collate
+
+    members = [(i, c) for c in picked for i in found[c].members]
+    rows = as_rows([examples[i] for i, _ in members], [c for _, c in members])
+    packed = any(len(found[c].members) > 1 for c in picked)
+    return collate(rows, [0.0] * len(rows), pad, share_prefix=True, pack=packed)
 
 
 def sft_loss(model: Any, batch: Any, bf16: bool) -> Any:
@@ -256,7 +310,6 @@ def run_sft(config: SFTConfig, out_dir: Path, sink: Sink | None = None) -> Path:
 
     from envace_engine.models import load_model, load_tokenizer, resolve
     from envace_engine.samplers.embedded.heap import keep_freed_memory
-    from envace_engine.training.batching import collate
     from envace_engine.training.sft_eval import heldout_metrics
 
     torch.manual_seed(config.seed)
@@ -271,14 +324,14 @@ def run_sft(config: SFTConfig, out_dir: Path, sink: Sink | None = None) -> Path:
     if next(model.parameters()).device.type == "cpu":
         keep_freed_memory()  # each step frees and re-allocates GBs of activations (heap.py)
     model.train()
+    found = chains(examples, config.pack_turns)
     for step, (epoch, picked) in enumerate(
-        batch_stream(examples, config.batch_size, config.seed, config.max_steps)
+        batch_stream(found, config.batch_size, config.seed, config.max_steps)
     ):
         started = time.perf_counter()
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, config)
-        chosen = [examples[i] for i in picked]
-        batch = collate(as_rows(chosen), [0.0] * len(chosen), pad, share_prefix=True)
+        batch = chain_batch(examples, found, picked, pad)
         loss = sft_loss(model, batch, config.bf16)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -292,6 +345,7 @@ def run_sft(config: SFTConfig, out_dir: Path, sink: Sink | None = None) -> Path:
                 "sft/grad_norm": norm,
                 "sft/epoch": float(epoch),
                 "sft/tokens": float(batch.num_tokens),
+                "sft/examples": float(batch.num_rows),
                 "sft/padded_tokens": float(batch.input_ids.numel()),
                 "perf/step_s": time.perf_counter() - started,
             }

@@ -29,19 +29,23 @@ def kind_of(example: Any) -> str:
     return str(example.role)
 
 
-def greedy_matches(model: Any, examples: Sequence[Any], pad_id: int, bf16: bool) -> list[tuple]:
-    """Per example: (matched completion tokens, completion tokens), in input order."""
+def greedy_matches(
+    model: Any, examples: Sequence[Any], pad_id: int, bf16: bool, pack: bool = False
+) -> list[tuple]:
+    """Per example: (matched completion tokens, completion tokens), in input order. ``pack``
+    scores a task's nested act turns in one sequence (``sft.chains``): the same gold context
+    at every position, fewer tokens."""
     import torch
 
     from envace_engine.logprobs import shared_prefix_hidden
-    from envace_engine.training.batching import collate
     from envace_engine.training.precision import bf16_autocast
-    from envace_engine.training.sft import as_rows
+    from envace_engine.training.sft import chain_batch, chains
 
+    found = chains(examples, pack)
     # batches of one group (a role and tool set) share their prompt head: run it once
-    order = sorted(range(len(examples)), key=lambda i: (examples[i].group, examples[i].length))
+    order = sorted(range(len(found)), key=lambda c: (found[c].group, found[c].length))
     batches = []
-    for _, members in itertools.groupby(order, key=lambda i: examples[i].group):
+    for _, members in itertools.groupby(order, key=lambda c: found[c].group):
         picked = list(members)
         batches += [picked[s : s + EVAL_BATCH] for s in range(0, len(picked), EVAL_BATCH)]
     out: dict[int, tuple[int, int]] = {}
@@ -49,8 +53,7 @@ def greedy_matches(model: Any, examples: Sequence[Any], pad_id: int, bf16: bool)
     device = next(model.parameters()).device
     bf16 = bf16_autocast(bf16, device)
     for picked in batches:
-        rows = as_rows([examples[i] for i in picked])
-        batch = collate(rows, [0.0] * len(picked), pad_id, share_prefix=True)
+        batch = chain_batch(examples, found, picked, pad_id)
         with (
             torch.inference_mode(),
             torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16),
@@ -59,7 +62,6 @@ def greedy_matches(model: Any, examples: Sequence[Any], pad_id: int, bf16: bool)
                 model, batch.input_ids, batch.attention_mask, batch.prefix_ids
             )[:, :-1]
             mask = batch.completion_mask[:, 1:].bool()
-            targets = batch.input_ids[:, 1:][mask]
             states = hidden[mask]
             best = torch.cat(
                 [
@@ -67,12 +69,13 @@ def greedy_matches(model: Any, examples: Sequence[Any], pad_id: int, bf16: bool)
                     for s in range(0, states.shape[0], HEAD_CHUNK)
                 ]
             )
-        hits = (best == targets).long()
-        counts = mask.sum(dim=1).tolist()
-        offset = 0
-        for i, n in zip(picked, counts, strict=True):
-            out[i] = (int(hits[offset : offset + n].sum()), int(n))
-            offset += n
+        hit = torch.zeros(batch.input_ids.shape, dtype=torch.float32)  # aligned with input_ids
+        hit[:, 1:][mask] = (best == batch.input_ids[:, 1:][mask]).float()
+        per_row = batch.rows_view(hit).sum(dim=1).long().tolist()
+        counts = (batch.positions >= 0).sum(dim=1).tolist()
+        members = [i for c in picked for i in found[c].members]
+        for i, hits, n in zip(members, per_row, counts, strict=True):
+            out[i] = (int(hits), int(n))
     return [out[i] for i in range(len(examples))]
 
 
@@ -100,4 +103,5 @@ def heldout_metrics(model: Any, chat: ChatTokenizer, config: SFTConfig, pad_id: 
     held = config.model_copy(update={"n_tasks": config.eval_tasks})
     examples = tokenize(all_samples(held, suite, split=config.eval_split), chat)
     model.eval()
-    return summarize(examples, greedy_matches(model, examples, pad_id, config.bf16), "sft/heldout")
+    matches = greedy_matches(model, examples, pad_id, config.bf16, config.pack_turns)
+    return summarize(examples, matches, "sft/heldout")
