@@ -19,11 +19,8 @@ Prints one JSON object as the last line: peak RSS and median step time per varia
 ``ratio`` = ours / naive peak RSS, ``time_ratio`` = ours / naive median wall time per step, and
 ``cpu_time_ratio`` the same for process CPU time, which stays meaningful when other jobs share
 the cores (wall time then mostly measures the neighbours). ``ours_bf16`` is ``ours`` under bf16
-autocast (fp32 master weights, gradients and AdamW state, as the trainer's ``bf16 = true``,
-each weight cast to bf16 once per step: ``precision.weight_casts_kept``): ``bf16_time_ratio``
-and ``bf16_rss_ratio`` are its step time and peak RSS over fp32 ``ours``. ``ours_bf16_recast``
-casts the weights again for every micro-batch (each in its own autocast block);
-``cast_once_time_ratio`` = ``ours_bf16`` / ``ours_bf16_recast`` step time.
+autocast (fp32 master weights, gradients and AdamW state, as the trainer's ``bf16 = true``):
+``bf16_time_ratio`` and ``bf16_rss_ratio`` are its step time and peak RSS over fp32 ``ours``.
 """
 
 from __future__ import annotations
@@ -45,9 +42,8 @@ from bench.record import add_record_flag, record
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-VARIANTS = ("ours", "ours_bf16", "ours_bf16_recast", "ours_single", "naive", "naive_micro")
-# variants that split the step by --token-budget
-MICRO = ("ours", "ours_bf16", "ours_bf16_recast", "naive_micro")
+VARIANTS = ("ours", "ours_bf16", "ours_single", "naive", "naive_micro")
+MICRO = ("ours", "ours_bf16", "naive_micro")  # variants that split the step by --token-budget
 
 
 def _rows(num_rows: int, prompt_len: int, completion_len: int, vocab: int) -> list:
@@ -95,7 +91,6 @@ def _child(args: argparse.Namespace) -> dict:
     from envace_engine.training.advantages import row_advantages, scorable
     from envace_engine.training.batching import collate, micro_batches
     from envace_engine.training.loss import LossInputs, policy_loss
-    from envace_engine.training.precision import autocast_off, weight_casts_kept
 
     torch.manual_seed(0)
     model = load_model(resolve(args.model)).train()
@@ -111,29 +106,22 @@ def _child(args: argparse.Namespace) -> dict:
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
     # bf16 compute as the trainer runs it (``bf16 = true``): autocast GEMMs, fp32 master weights,
     # gradients and AdamW state
-    bf16 = args.bf16 or "_bf16" in args.child
+    bf16 = args.bf16 or args.child.endswith("_bf16")
     autocast = torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
-    cpu = torch.device("cpu")
-    # as the trainer: each weight cast to bf16 once per step (``ours_bf16_recast``: once per
-    # micro-batch, each in its own autocast block)
-    recast = args.child.endswith("_recast")
     times, cpu_times = [], []
     for _ in range(args.steps):
         start, cpu_start = time.perf_counter(), time.process_time()
         optimizer.zero_grad(set_to_none=True)
-        with weight_casts_kept(bf16 and not recast, cpu):
-            for batch in batches:
-                with autocast:
-                    if args.child.startswith("naive"):
-                        logprobs = _naive_logprobs(model, batch)
-                    else:
-                        logprobs = completion_logprobs(
-                            model, batch.input_ids, batch.attention_mask, batch.completion_mask
-                        )
-                with autocast_off(cpu):
-                    inputs = LossInputs.from_batch(batch, logprobs)
-                    out = policy_loss(inputs, total_rows=total_rows)
-                    out.loss.backward()
+        for batch in batches:
+            with autocast:
+                if args.child.startswith("naive"):
+                    logprobs = _naive_logprobs(model, batch)
+                else:
+                    logprobs = completion_logprobs(
+                        model, batch.input_ids, batch.attention_mask, batch.completion_mask
+                    )
+            out = policy_loss(LossInputs.from_batch(batch, logprobs), total_rows=total_rows)
+            out.loss.backward()
         optimizer.step()
         times.append(time.perf_counter() - start)
         cpu_times.append(time.process_time() - cpu_start)
@@ -217,7 +205,7 @@ def main() -> None:
         "cpu_s_naive": round(naive["cpu_s"], 2),
         "rss_mb_after_load": round(naive["rss_mb_after_load"], 1),
     }
-    for extra in ("ours_bf16", "ours_bf16_recast", "ours_single", "naive_micro"):
+    for extra in ("ours_bf16", "ours_single", "naive_micro"):
         if extra in results:
             summary[f"peak_rss_mb_{extra}"] = round(results[extra]["peak_rss_mb"], 1)
             summary[f"step_s_{extra}"] = round(results[extra]["step_s"], 2)
@@ -229,9 +217,6 @@ def main() -> None:
         summary["bf16_time_ratio"] = round(bf16["step_s"] / ours["step_s"], 3)
         summary["bf16_cpu_time_ratio"] = round(bf16["cpu_s"] / ours["cpu_s"], 3)
         summary["bf16_rss_ratio"] = round(bf16["peak_rss_mb"] / ours["peak_rss_mb"], 3)
-    if {"ours_bf16", "ours_bf16_recast"} <= set(results):  # weight casts once vs per micro-batch
-        once, each = results["ours_bf16"], results["ours_bf16_recast"]
-        summary["cast_once_time_ratio"] = round(once["step_s"] / each["step_s"], 3)
     print(json.dumps(summary))
     if args.record:
         record(__file__, summary)

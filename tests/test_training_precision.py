@@ -46,36 +46,3 @@ def test_the_sft_loss_falls_back_to_exactly_fp32(tiny_model, tokenizer, monkeypa
         bf16 = float(sft_loss(tiny_model, batch, bf16=True))  # emulated here if not native
     assert bf16 != fp32 and abs(bf16 - fp32) < 0.05 * fp32  # bf16 rounding, same loss
     precision._log_choice.cache_clear()
-
-
-def test_weights_cast_once_per_step_give_the_same_gradients(tiny_path, tokenizer):
-    """Micro-batches inside ``weight_casts_kept`` (each weight cast to bf16 once, the cast
-    reused by every micro-batch's forward and backward) accumulate exactly the gradients of
-    micro-batches each in its own autocast block, and ``autocast_off`` is fp32 inside it."""
-    from transformers import AutoModelForCausalLM
-
-    from envace_engine.logprobs import completion_logprobs
-
-    model = AutoModelForCausalLM.from_pretrained(tiny_path).train()
-    batches = [_batch(tokenizer), _batch(tokenizer)]
-    cpu = torch.device("cpu")
-
-    def grads(kept: bool) -> list[torch.Tensor]:
-        model.zero_grad(set_to_none=True)
-        with precision.weight_casts_kept(kept, cpu):
-            for b in batches:
-                with torch.autocast("cpu", dtype=torch.bfloat16):
-                    lp = completion_logprobs(
-                        model, b.input_ids, b.attention_mask, b.completion_mask
-                    )
-                with precision.autocast_off(cpu):
-                    loss = -(lp.float() * b.completion_mask).sum()
-                    loss.backward()
-        return [p.grad.clone() for p in model.parameters() if p.grad is not None]
-
-    once, each = grads(True), grads(False)
-    assert len(once) == len(each) > 0
-    for a, b in zip(once, each, strict=True):
-        assert torch.equal(a, b)
-    with precision.weight_casts_kept(True, cpu), precision.autocast_off(cpu):
-        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.float32

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 from envace_engine.training.batching import micro_batches
 from envace_engine.training.loss import LossInputs, RoleMetrics, policy_loss
 from envace_engine.training.parallel import distributed, fsdp
-from envace_engine.training.precision import autocast_off, bf16_autocast, weight_casts_kept
 from envace_engine.types import TrainRow
 
 if TYPE_CHECKING:
@@ -63,15 +62,12 @@ def optimize(parts: Parts, rows: list[TrainRow], advantages: list[float]) -> dic
             cfg.pack_episodes,
         )
     padding = _padding_count(parts, len(batches))  # agreed before any FSDP collective runs
-    device = _device(trained)
-    with weight_casts_kept(bf16_autocast(cfg.bf16, device), device):
-        for batch in batches:
-            out, gap = micro_step(parts, batch, n_rows, n_tokens)
-            gaps += gap
-            with autocast_off(device):
-                out.loss.backward()
-            total_loss += float(out.loss.item())
-            roles = {k: roles.get(k, RoleMetrics()) + v for k, v in out.roles.items()}
+    for batch in batches:
+        out, gap = micro_step(parts, batch, n_rows, n_tokens)
+        gaps += gap
+        out.loss.backward()
+        total_loss += float(out.loss.item())
+        roles = {k: roles.get(k, RoleMetrics()) + v for k, v in out.roles.items()}
     for _ in range(padding):
         assert parts.sharded is not None  # padding is 0 without FSDP (``_padding_count``)
         fsdp.padding_step(parts.sharded, parts.ref_model, pad, _device(trained))
@@ -178,6 +174,8 @@ def micro_step(
     and how far the trainer's log-probs are from the sampler's on its tokens."""
     import torch
 
+    from envace_engine.training.precision import bf16_autocast
+
     cfg = parts.config
     trained = _trained(parts)
     device = _device(trained)
@@ -198,21 +196,20 @@ def micro_step(
                     parts.ref_model, *args, temperature=temperature, prefix_ids=prefix
                 )
                 ref = ref_lp.float()
-    with autocast_off(device):  # fp32 loss math, also inside ``weight_casts_kept``
-        gap = mismatch(logprobs, batch.old_logprobs, batch.completion_mask)
-        inputs = LossInputs.from_batch(batch, logprobs, ref)
-        if cfg.loss.tis_cap is not None:
-            inputs = truncated_is(inputs, cfg.loss.tis_cap)
-        out = policy_loss(
-            inputs,
-            clip_eps_low=cfg.loss.clip_eps_low,
-            clip_eps_high=cfg.loss.clip_eps_high,
-            dual_clip=cfg.loss.dual_clip,
-            kl_coef=cfg.loss.kl_coef,
-            aggregation=cfg.loss.aggregation,
-            total_rows=total_rows,
-            total_tokens=total_tokens,
-        )
+    gap = mismatch(logprobs, batch.old_logprobs, batch.completion_mask)
+    inputs = LossInputs.from_batch(batch, logprobs, ref)
+    if cfg.loss.tis_cap is not None:
+        inputs = truncated_is(inputs, cfg.loss.tis_cap)
+    out = policy_loss(
+        inputs,
+        clip_eps_low=cfg.loss.clip_eps_low,
+        clip_eps_high=cfg.loss.clip_eps_high,
+        dual_clip=cfg.loss.dual_clip,
+        kl_coef=cfg.loss.kl_coef,
+        aggregation=cfg.loss.aggregation,
+        total_rows=total_rows,
+        total_tokens=total_tokens,
+    )
     return out, gap
 
 

@@ -12,10 +12,8 @@ state are the same either way.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
-from collections.abc import Iterator
 from typing import Any
 
 from envace_engine.samplers.embedded.packed import cpu_bf16
@@ -38,34 +36,6 @@ def bf16_autocast(requested: bool, device: Any) -> bool:
 
         return bool(torch.cuda.is_bf16_supported())
     return True
-
-
-@contextlib.contextmanager
-def weight_casts_kept(enabled: bool, device: Any) -> Iterator[None]:
-    """Keep bf16 autocast's casts of the weights for a whole optimizer step.
-
-    Why. Autocast casts each fp32 weight to bf16 at its first use and caches the copy only
-    until the outermost autocast block exits: a step of k micro-batches, each in its own
-    block, casts every weight k times (CPU profiles showed those copies as the biggest
-    non-GEMM cost of a bf16 step). Inside this block the micro-batches' blocks are nested, so
-    the cache lives until the step ends and each weight is cast once (same values: a cast is
-    deterministic). The weights must not change inside it: the optimizer steps after it.
-    What must run as outside autocast (the loss, backward passes) goes in ``autocast_off``.
-    """
-    import torch
-
-    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=enabled):
-        yield
-
-
-@contextlib.contextmanager
-def autocast_off(device: Any) -> Iterator[None]:
-    """Autocast off inside ``weight_casts_kept``, as if outside it; being nested, it keeps
-    the weight casts cached."""
-    import torch
-
-    with torch.autocast(device.type, enabled=False):
-        yield
 
 
 @functools.cache
