@@ -73,8 +73,8 @@ def greedy_matches(
         hit[:, 1:][mask] = (best == batch.input_ids[:, 1:][mask]).float()
         per_row = batch.rows_view(hit).sum(dim=1).long().tolist()
         counts = (batch.positions >= 0).sum(dim=1).tolist()
-        members = [i for c in picked for i in found[c].members]
-        for i, hits, n in zip(members, per_row, counts, strict=True):
+        scored = [i for c in picked for i in found[c].members]  # the batch's rows, in order
+        for i, hits, n in zip(scored, per_row, counts, strict=True):
             out[i] = (int(hits), int(n))
     return [out[i] for i in range(len(examples))]
 
