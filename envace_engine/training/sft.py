@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import logging
 import math
 import random
 import shutil
@@ -56,6 +57,7 @@ from envace_engine.sink import Sink
 from envace_engine.training.sft_memory import memory_samples
 from envace_engine.types import Role, Task, TrainRow
 
+LOG = logging.getLogger(__name__)
 BUCKET_BATCHES = 32  # batches drawn per sorted window: similar prompts, still shuffled
 
 
@@ -184,20 +186,26 @@ def chains(examples: Sequence[Example], pack: bool) -> list[Chain]:
     if not pack:
         return [Chain((i,), e.group, e.length) for i, e in enumerate(examples)]
     open_chains: dict[tuple[str, str, str], list[list[int]]] = {}
+    found: list[list[int]] = []  # examples without a task stay alone
     for i in sorted(range(len(examples)), key=lambda i: len(examples[i].prompt_ids)):
         e = examples[i]
+        if not e.source:
+            found.append([i])
+            continue
         pool = open_chains.setdefault((e.source, e.role, e.group), [])
-        for members in pool:
-            tail = examples[members[-1]]
-            seq = tail.prompt_ids + tail.completion_ids
-            if e.source and e.prompt_ids[: len(seq)] == seq:
-                members.append(i)
-                break
-        else:
+        chain = next((m for m in pool if _extends(e, examples[m[-1]])), None)
+        if chain is None:
             pool.append([i])
-    found = [m for pool in open_chains.values() for m in pool]
+        else:
+            chain.append(i)
+    found += [m for pool in open_chains.values() for m in pool]
     found.sort(key=lambda m: m[0])  # the examples' (seeded) order, not the dict's
     return [Chain(tuple(m), examples[m[0]].group, examples[m[-1]].length) for m in found]
+
+
+def _extends(example: Example, tail: Example) -> bool:
+    """Whether ``example``'s prompt starts with ``tail``'s prompt and completion."""
+    return example.prompt_ids[: tail.length] == tail.prompt_ids + tail.completion_ids
 
 
 def bucketed_batches(
@@ -278,6 +286,8 @@ def chain_batch(
 
     members = [(i, c) for c in picked for i in found[c].members]
     rows = as_rows([examples[i] for i, _ in members], [c for _, c in members])
+    # ``pack`` only when a chain has several members: collate(pack=True) reorders sequences by
+    # prompt length, so a batch of single examples keeps the unpacked layout (and numerics)
     packed = any(len(found[c].members) > 1 for c in picked)
     return collate(rows, [0.0] * len(rows), pad, share_prefix=True, pack=packed)
 
@@ -325,6 +335,12 @@ def run_sft(config: SFTConfig, out_dir: Path, sink: Sink | None = None) -> Path:
         keep_freed_memory()  # each step frees and re-allocates GBs of activations (heap.py)
     model.train()
     found = chains(examples, config.pack_turns)
+    LOG.info(
+        "sft: %d examples in %d sequences per epoch (%.0f %% of the examples' tokens)",
+        len(examples),
+        len(found),
+        100 * sum(c.length for c in found) / sum(e.length for e in examples),
+    )
     for step, (epoch, picked) in enumerate(
         batch_stream(found, config.batch_size, config.seed, config.max_steps)
     ):
