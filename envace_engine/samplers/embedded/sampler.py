@@ -31,7 +31,7 @@ import torch
 from transformers.cache_utils import Cache
 
 from envace_engine.samplers.base import Generation, SamplingParams
-from envace_engine.samplers.embedded import cascade
+from envace_engine.samplers.embedded import cascade, prefill
 from envace_engine.samplers.embedded.cascade import PromptSlab
 from envace_engine.samplers.embedded.heap import keep_freed_memory
 from envace_engine.samplers.embedded.kv import (
@@ -259,14 +259,15 @@ class HFSampler:
             kv[:, :, 0, :, :held] = entry.kv[:, :, :, :held]
         cache = Cache(layers=[SlabLayer(kv[i, 0], kv[i, 1], held) for i in range(s.n_layers)])
         device = self.model.device
-        self.forward(
-            input_ids=torch.tensor([tokens[held:]], device=device),
-            attention_mask=torch.ones((1, len(tokens)), dtype=torch.long, device=device),
-            position_ids=torch.arange(held, len(tokens), device=device)[None],
-            cache=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
+        with prefill.active(self.model):  # cached columns and new ones apart (prefill.py)
+            self.forward(
+                input_ids=torch.tensor([tokens[held:]], device=device),
+                attention_mask=torch.ones((1, len(tokens)), dtype=torch.long, device=device),
+                position_ids=torch.arange(held, len(tokens), device=device)[None],
+                cache=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
         self.prefilled += len(tokens) - held
         return kv[:, :, 0]
 
