@@ -35,13 +35,12 @@ from envace_engine.samplers.embedded import cascade, prefill
 from envace_engine.samplers.embedded.cascade import PromptSlab
 from envace_engine.samplers.embedded.heap import keep_freed_memory
 from envace_engine.samplers.embedded.kv import (
-    BLOCK,
     Continuation,
     PrefixCache,
     SlabLayer,
     storage_bytes,
 )
-from envace_engine.samplers.embedded.llama_step import LlamaDecodeStep, Segment, unsupported
+from envace_engine.samplers.embedded.llama_step import LlamaDecodeStep, unsupported
 from envace_engine.samplers.embedded.packed import (
     PackedLinears,
     cpu_bf16,
@@ -55,9 +54,6 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 MIN_SHARED_PREFIX = 8  # shorter common prefixes are not worth an extra forward pass
-# New tokens per batched prefill pass (``prefill_many``): enough rows for the GEMMs to run
-# near their peak, few enough that its activations stay small (~60 MB for SmolLM2-135M).
-PREFILL_BATCH_TOKENS = 4096
 LOG = logging.getLogger(__name__)
 
 
@@ -216,44 +212,6 @@ class HFSampler:
             held = min(self.cache.lookup(a)[1], self.cache.lookup(b)[1])
             if shared - held >= MIN_SHARED_PREFIX:
                 self.prefix_kv(a[:shared])
-
-    def prefill_many(self, prompts: list[list[int]]) -> None:
-        """Put each prompt's K/V in the prefix cache, the prompts' new tokens batched into
-        passes of up to ``PREFILL_BATCH_TOKENS`` (``LlamaDecodeStep.prefill``); their
-        ``prefix_kv`` then finds them there. Without the compact step (or the cache) it does
-        nothing: each ``prefix_kv`` prefills alone, as before."""
-        if self.compact is None or not self.prefix_reuse:
-            return
-        # A prompt shorter than a cache block is not kept (``PrefixCache.insert``): left to
-        # ``prefix_kv``, which computes it where it is used.
-        todo = [list(t) for t in dict.fromkeys(tuple(p) for p in prompts if len(p) >= BLOCK)]
-        todo = [t for t in todo if self.cache.lookup((*t, -1))[1] < len(t)]
-        batch: list[tuple[list[int], Segment]] = []
-        for tokens in todo:
-            batch.append((tokens, self._segment(tokens)))
-            if sum(len(s.tokens) for _, s in batch) >= PREFILL_BATCH_TOKENS:
-                self._prefill_batch(batch)
-                batch = []
-        if batch:
-            self._prefill_batch(batch)
-
-    def _segment(self, tokens: list[int]) -> Segment:
-        """A prefill segment of ``tokens``: a K/V buffer holding their longest cached prefix."""
-        entry, held = self.cache.lookup(tokens)
-        s = self.kv_shape
-        kv = s.like().new_empty(s.n_layers, 2, s.kv_heads, len(tokens), s.head_dim)
-        if entry is not None and held:
-            self.cache.use(entry, held)
-            kv[:, :, :, :held] = entry.kv[:, :, :, :held]
-        return Segment(kv, held, tuple(tokens[held:]))
-
-    def _prefill_batch(self, batch: list[tuple[list[int], Segment]]) -> None:
-        """One ``LlamaDecodeStep.prefill`` pass over ``batch``; each prompt's K/V kept."""
-        assert self.compact is not None  # prefill_many checked
-        self.compact.prefill([seg for _, seg in batch])
-        for tokens, seg in batch:
-            self.prefilled += len(seg.tokens)
-            self._keep(tokens, seg.kv)
 
     @torch.inference_mode()
     def prefix_kv(self, tokens: list[int]) -> torch.Tensor | None:
