@@ -65,9 +65,12 @@ def test_outside_a_prefill_forward_attend_is_sdpa_and_honours_the_mask():
     assert model.config._attn_implementation == "sdpa"
 
 
-def test_a_resumed_prefill_keeps_the_kv_of_one_plain_forward(tiny_model, tokenizer):
+@pytest.mark.parametrize("compact", [True, False])  # LlamaDecodeStep.prefill / transformers
+def test_a_resumed_prefill_keeps_the_kv_of_one_plain_forward(tiny_model, tokenizer, compact):
     tokens = tokenizer.encode("You are a careful agent. Tools: ls, cd, cat, grep. " * 3)
-    sampler = HFSampler(tiny_model, tokenizer, dtype="float32")  # fp32 GEMMs: rounding only
+    # fp32 GEMMs: rounding only
+    sampler = HFSampler(tiny_model, tokenizer, dtype="float32", compact_decode=compact)
+    assert (sampler.compact is not None) is compact
     sampler.prefix_kv(tokens[:20])  # cached: the next call prefills only the rest
     before = sampler.prefilled
     kv = sampler.prefix_kv(tokens)
@@ -77,3 +80,34 @@ def test_a_resumed_prefill_keeps_the_kv_of_one_plain_forward(tiny_model, tokeniz
     for i, layer in enumerate(out.cache.layers):
         assert torch.allclose(kv[i, 0], layer.keys[0], atol=1e-5)
         assert torch.allclose(kv[i, 1], layer.values[0], atol=1e-5)
+
+
+def test_prompts_admitted_together_are_prefilled_in_one_pass_with_each_ones_kv(
+    tiny_model, tokenizer, monkeypatch
+):
+    system = tokenizer.encode("You are a careful agent. Tools: ls, cd, cat, grep. " * 3)
+    prompts = [
+        system + tokenizer.encode(" List the files."),  # its first 20 tokens are cached
+        tokenizer.encode("A prompt that shares nothing with the others. " * 3),
+        system + tokenizer.encode(" Make a folder named docs, then list it."),
+    ]
+    sampler = HFSampler(tiny_model, tokenizer, dtype="float32")
+    assert sampler.compact is not None
+    sampler.prefix_kv(system[:20])
+    passes = []
+    real = sampler.compact.prefill
+    monkeypatch.setattr(sampler.compact, "prefill", lambda segs: passes.append(segs) or real(segs))
+    before = sampler.prefilled
+    sampler.prefill_many([*prompts, prompts[1]])  # a duplicate is prefilled once
+    assert len(passes) == 1 and [s.held for s in passes[0]] == [20, 0, 20]
+    assert sampler.prefilled - before == sum(len(p) for p in prompts) - 40
+    sampler.prefill_many(prompts)  # all cached now: no pass
+    assert len(passes) == 1
+    for tokens in prompts:
+        kv = sampler.prefix_kv(tokens)  # from the cache
+        with torch.inference_mode():
+            out = tiny_model(input_ids=torch.tensor([tokens]), use_cache=True)
+        for i, layer in enumerate(out.cache.layers):
+            assert torch.allclose(kv[i, 0], layer.keys[0], atol=1e-5)
+            assert torch.allclose(kv[i, 1], layer.values[0], atol=1e-5)
+    assert sampler.prefilled - before == sum(len(p) for p in prompts) - 40  # no recompute

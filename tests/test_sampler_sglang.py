@@ -171,7 +171,10 @@ def test_two_servers_share_a_batch_keeping_groups_together(servers, server, refe
     group_b = [system + tokenizer.encode("Cancel the hotel")] * 3
     sampler = client(one.url, two.url)
     gens = sampler.generate(group_a + group_b, GREEDY)
-    assert_matches(gens, reference.generate(group_a + group_b, GREEDY))
+    # Each server ran one group as its batch: the reference runs the same batches (in bf16 a
+    # prompt's K/V can differ in the last bits with what is prefilled in the same pass).
+    local = [g for group in (group_a, group_b) for g in reference.generate(group, GREEDY)]
+    assert_matches(gens, local)
     (body_one,), (body_two,) = one.requests, two.requests
     assert {tuple(map(tuple, body_one["input_ids"])), tuple(map(tuple, body_two["input_ids"]))} == {
         tuple(map(tuple, group_a)),

@@ -11,7 +11,7 @@ log-sum-exps (``merge_partials``), as in FlashInfer's cascade attention.
 
 How it plugs in. ``attend`` is registered with transformers' ``AttentionInterface`` under
 ``NAME``; ``active`` switches the model to it for one decode forward and back. Any other forward
-(prefill, the trainer) goes through transformers' SDPA as before.
+(a prefill: ``prefill.py``; the trainer) does not use it.
 
 Numerics: the merge is exact algebra; results differ from single-pass attention by float
 rounding only (tests compare against SDPA over the concatenated K/V).

@@ -242,13 +242,20 @@ class PrefixCache:
             deepest, depth = keys, (j + 1) * BLOCK
         if not deepest:
             return None, 0
-        entry = self.entries[max(deepest)]  # the newest; all hold the same first ``depth``
-        if entry.tokens[:depth] != tuple(prompt[:depth]):  # hash collision: treat as a miss
-            return None, 0
-        n, stop = depth, min(limit, len(entry.tokens))
-        while n < stop and entry.tokens[n] == prompt[n]:
-            n += 1
-        return entry, n
+        # All hold the same first ``depth`` tokens; the one going on furthest with the prompt
+        # wins (the newest on a tie): prompts prefilled together share their first blocks.
+        best: tuple[_Entry | None, int] = (None, 0)
+        head = tuple(prompt[:depth])
+        for key in sorted(deepest, reverse=True):
+            entry = self.entries[key]
+            if entry.tokens[:depth] != head:  # hash collision: a miss
+                continue
+            n, stop = depth, min(limit, len(entry.tokens))
+            while n < stop and entry.tokens[n] == prompt[n]:
+                n += 1
+            if n > best[1]:
+                best = (entry, n)
+        return best
 
     def use(self, entry: _Entry, n: int) -> None:
         """Record a hit of ``n`` tokens on ``entry`` (most recently used)."""

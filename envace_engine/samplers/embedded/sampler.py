@@ -35,12 +35,13 @@ from envace_engine.samplers.embedded import cascade, prefill
 from envace_engine.samplers.embedded.cascade import PromptSlab
 from envace_engine.samplers.embedded.heap import keep_freed_memory
 from envace_engine.samplers.embedded.kv import (
+    BLOCK,
     Continuation,
     PrefixCache,
     SlabLayer,
     storage_bytes,
 )
-from envace_engine.samplers.embedded.llama_step import LlamaDecodeStep, unsupported
+from envace_engine.samplers.embedded.llama_step import LlamaDecodeStep, Segment, unsupported
 from envace_engine.samplers.embedded.packed import (
     PackedLinears,
     cpu_bf16,
@@ -54,6 +55,9 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 MIN_SHARED_PREFIX = 8  # shorter common prefixes are not worth an extra forward pass
+# New tokens per batched prefill pass (``prefill_many``): enough rows for the GEMMs to run
+# near their peak, few enough that its activations stay small (~60 MB for SmolLM2-135M).
+PREFILL_BATCH_TOKENS = 4096
 LOG = logging.getLogger(__name__)
 
 
@@ -82,8 +86,9 @@ class HFSampler:
     takes bf16 where the CPU has a native bf16 unit (AMX-BF16, AVX512-BF16), keeping norms,
     attention and the softmax over the logits in fp32, so the log-probs stay close to the
     trainer's (``rollout/logprob_diff`` measures how close). The packed copies are one more
-    copy of the weights in memory. ``compact_decode`` runs decode steps of a Llama model
-    through ``llama_step`` instead of the model's own forward (fewer operations per step). On
+    copy of the weights in memory. ``compact_decode`` runs decode steps and prefills of a
+    Llama model through ``llama_step`` instead of the model's own forward (fewer operations
+    per step; the prompts a session admits together prefilled in one pass: ``prefill_many``). On
     a CPU it also makes the process keep freed heap memory for reuse (``heap.py``).
     """
 
@@ -213,6 +218,44 @@ class HFSampler:
             if shared - held >= MIN_SHARED_PREFIX:
                 self.prefix_kv(a[:shared])
 
+    def prefill_many(self, prompts: list[list[int]]) -> None:
+        """Put each prompt's K/V in the prefix cache, the prompts' new tokens batched into
+        passes of up to ``PREFILL_BATCH_TOKENS`` (``LlamaDecodeStep.prefill``); their
+        ``prefix_kv`` then finds them there. Without the compact step (or the cache) it does
+        nothing: each ``prefix_kv`` prefills alone, as before."""
+        if self.compact is None or not self.prefix_reuse:
+            return
+        # A prompt shorter than a cache block is not kept (``PrefixCache.insert``): left to
+        # ``prefix_kv``, which computes it where it is used.
+        todo = [list(t) for t in dict.fromkeys(tuple(p) for p in prompts if len(p) >= BLOCK)]
+        todo = [t for t in todo if self.cache.lookup((*t, -1))[1] < len(t)]
+        batch: list[tuple[list[int], Segment]] = []
+        for tokens in todo:
+            batch.append((tokens, self._segment(tokens)))
+            if sum(len(s.tokens) for _, s in batch) >= PREFILL_BATCH_TOKENS:
+                self._prefill_batch(batch)
+                batch = []
+        if batch:
+            self._prefill_batch(batch)
+
+    def _segment(self, tokens: list[int]) -> Segment:
+        """A prefill segment of ``tokens``: a K/V buffer holding their longest cached prefix."""
+        entry, held = self.cache.lookup(tokens) if self.prefix_reuse else (None, 0)
+        s = self.kv_shape
+        kv = s.like().new_empty(s.n_layers, 2, s.kv_heads, len(tokens), s.head_dim)
+        if entry is not None and held:
+            self.cache.use(entry, held)
+            kv[:, :, :, :held] = entry.kv[:, :, :, :held]
+        return Segment(kv, held, tuple(tokens[held:]))
+
+    def _prefill_batch(self, batch: list[tuple[list[int], Segment]]) -> None:
+        """One ``LlamaDecodeStep.prefill`` pass over ``batch``; each prompt's K/V kept."""
+        assert self.compact is not None  # prefill_many checked
+        self.compact.prefill([seg for _, seg in batch])
+        for tokens, seg in batch:
+            self.prefilled += len(seg.tokens)
+            self._keep(tokens, seg.kv)
+
     @torch.inference_mode()
     def prefix_kv(self, tokens: list[int]) -> torch.Tensor | None:
         """K/V of ``tokens`` (``[layers, 2, H, len, D]``), from the cache or computed and kept."""
@@ -248,9 +291,17 @@ class HFSampler:
     def _prefill(self, tokens: list[int]) -> torch.Tensor:
         """K/V of ``tokens``: their longest cached prefix copied, the rest run through the model.
 
-        The slab's layers are views into one ``[layers, 2, 1, H, len, D]`` buffer, so the
-        result is that buffer (no copy) and nothing needs zeroing: every column gets written.
+        Through the compact step where it applies (``prefill_many`` does too: one code path,
+        so a prompt's K/V does not depend on which of the two computed it), else through
+        transformers. The slab's layers are views into one ``[layers, 2, 1, H, len, D]``
+        buffer, so the result is that buffer (no copy) and nothing needs zeroing: every column
+        gets written.
         """
+        if self.compact is not None:
+            segment = self._segment(tokens)
+            self.compact.prefill([segment])
+            self.prefilled += len(segment.tokens)
+            return segment.kv
         entry, held = self.cache.lookup(tokens) if self.prefix_reuse else (None, 0)
         s = self.kv_shape
         kv = s.like().new_empty(s.n_layers, 2, 1, s.kv_heads, len(tokens), s.head_dim)

@@ -99,6 +99,10 @@ class PromptCache(Protocol):
         """Prefill once each prefix that neighbouring (sorted) prompts share."""
         ...
 
+    def prefill_many(self, prompts: list[list[int]]) -> None:
+        """Put the K/V of every prompt in the cache, in as few forward passes as it can."""
+        ...
+
     def prefix_kv(self, tokens: list[int]) -> torch.Tensor | None:
         """K/V of ``tokens``, ``[layers, 2, H, len, D]``: cached, or computed and kept."""
         ...
@@ -305,6 +309,7 @@ class DecodeSession:
         if not joining:
             return
         self.p.share_prefixes(sorted(r.prompt for _, r in joining))
+        self.p.prefill_many([r.prompt[:-1] for _, r in joining if len(r.prompt) > 1])
         for j, request in joining:
             tokens = tuple(request.prompt[:-1])
             if tokens:
