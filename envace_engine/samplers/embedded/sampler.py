@@ -218,6 +218,7 @@ class HFSampler:
             if shared - held >= MIN_SHARED_PREFIX:
                 self.prefix_kv(a[:shared])
 
+    @torch.inference_mode()
     def prefill_many(self, prompts: list[list[int]]) -> None:
         """Put each prompt's K/V in the prefix cache, the prompts' new tokens batched into
         passes of up to ``PREFILL_BATCH_TOKENS`` (``LlamaDecodeStep.prefill``); their
@@ -230,11 +231,13 @@ class HFSampler:
         todo = [list(t) for t in dict.fromkeys(tuple(p) for p in prompts if len(p) >= BLOCK)]
         todo = [t for t in todo if self.cache.lookup((*t, -1))[1] < len(t)]
         batch: list[tuple[list[int], Segment]] = []
+        new = 0
         for tokens in todo:
-            batch.append((tokens, self._segment(tokens)))
-            if sum(len(s.tokens) for _, s in batch) >= PREFILL_BATCH_TOKENS:
+            batch.append((tokens, segment := self._segment(tokens)))
+            new += len(segment.tokens)
+            if new >= PREFILL_BATCH_TOKENS:
                 self._prefill_batch(batch)
-                batch = []
+                batch, new = [], 0
         if batch:
             self._prefill_batch(batch)
 
