@@ -128,11 +128,7 @@ class LlamaDecodeStep:
         """Logits of one step: ``input_ids``/``position_ids`` ``[rows]``, ``attention_mask`` the
         additive ``[rows, 1, 1, columns]`` mask of the rows' own columns in ``cache``."""
         self.packed.refresh()
-        h = F.embedding(input_ids, self.inner.embed_tokens.weight)  # fp32 residual stream
-        cos, sin = self.inner.rotary_emb(h[:, None], position_ids[:, None])  # [rows, 1, d]
-        half = self.head_dim // 2
-        # rotate_half(x) * sin == roll(x, half) * (sin with its first half negated)
-        sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+        h, cos, sin = self._embed(input_ids, position_ids)
         for i, layer in enumerate(self.layers):
             h = self._attention(i, layer, h, cos, sin, attention_mask, cache, slabs)
             h = self._mlp(layer, h)
@@ -144,13 +140,33 @@ class LlamaDecodeStep:
         self.packed.refresh()
         ids = torch.tensor([t for seg in segments for t in seg.tokens])
         pos = torch.cat([torch.arange(s.held, s.held + len(s.tokens)) for s in segments])
-        h = F.embedding(ids, self.inner.embed_tokens.weight)
-        cos, sin = self.inner.rotary_emb(h[:, None], pos[:, None])
-        half = self.head_dim // 2
-        sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+        h, cos, sin = self._embed(ids, pos)
         for i, layer in enumerate(self.layers):
             h = self._prefill_attention(i, layer, h, cos, sin, segments)
             h = self._mlp(layer, h)
+
+    def _embed(
+        self, input_ids: torch.Tensor, position_ids: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The fp32 residual stream of ``[rows]`` tokens and their rotary ``cos``/``sin``
+        (``[rows, 1, d]``, ``sin`` prepared for ``_qkv``)."""
+        h = F.embedding(input_ids, self.inner.embed_tokens.weight)
+        cos, sin = self.inner.rotary_emb(h[:, None], position_ids[:, None])
+        half = self.head_dim // 2
+        # rotate_half(x) * sin == roll(x, half) * (sin with its first half negated)
+        return h, cos, torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+
+    def _qkv(
+        self, layer: _Layer, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A layer's rotated q and k heads (``[rows, heads + kv_heads, d]``, q first, fp32)
+        and its v heads (``[rows, kv_heads, d]``, in the GEMM's dtype)."""
+        rows, d = h.shape[0], self.head_dim
+        qkv = layer.qkv.matmul(_rms_norm(h, layer.norm_in))
+        rotated = self.heads + self.kv_heads
+        qk = qkv[:, : rotated * d].view(rows, rotated, d)
+        qk = torch.addcmul(qk * cos, qk.roll(d // 2, dims=-1), sin)  # fp32 from here
+        return qk, qkv[:, rotated * d :].view(rows, self.kv_heads, d)
 
     def _prefill_attention(
         self,
@@ -162,11 +178,7 @@ class LlamaDecodeStep:
         segments: Sequence[Segment],
     ) -> torch.Tensor:
         rows, d = h.shape[0], self.head_dim
-        qkv = layer.qkv.matmul(_rms_norm(h, layer.norm_in))
-        rotated = self.heads + self.kv_heads
-        qk = qkv[:, : rotated * d].view(rows, rotated, d)
-        qk = torch.addcmul(qk * cos, qk.roll(d // 2, dims=-1), sin)
-        v = qkv[:, rotated * d :].view(rows, self.kv_heads, d)
+        qk, v = self._qkv(layer, h, cos, sin)
         out = h.new_empty(rows, self.heads, d)
         start = 0
         for seg in segments:
@@ -192,15 +204,11 @@ class LlamaDecodeStep:
         slabs: Sequence[PromptSlab],
     ) -> torch.Tensor:
         rows, d = h.shape[0], self.head_dim
-        qkv = layer.qkv.matmul(_rms_norm(h, layer.norm_in))
-        rotated = self.heads + self.kv_heads
-        qk = qkv[:, : rotated * d].view(rows, rotated, d)  # q heads then k heads
-        qk = torch.addcmul(qk * cos, qk.roll(d // 2, dims=-1), sin)  # fp32 from here
+        qk, v = self._qkv(layer, h, cos, sin)
         g = self.heads // self.kv_heads
         q = qk[:, : self.heads].view(rows, self.kv_heads, g, d)  # GQA: heads as query rows
         k = qk[:, self.heads :, None]  # [rows, kv_heads, 1, d]
-        v = qkv[:, rotated * d :].view(rows, self.kv_heads, 1, d)
-        keys, values = cast(SlabLayer, cache.layers[i]).update(k, v)  # the session's slabs
+        keys, values = cast(SlabLayer, cache.layers[i]).update(k, v[:, :, None])  # the slabs
         out = cascade.decode_attention(q, keys, values, mask, slabs, i, self.scale)
         return h + layer.o.matmul(out.view(rows, self.heads * d))
 

@@ -229,11 +229,13 @@ class HFSampler:
         # A prompt shorter than a cache block is not kept (``PrefixCache.insert``): left to
         # ``prefix_kv``, which computes it where it is used.
         todo = [list(t) for t in dict.fromkeys(tuple(p) for p in prompts if len(p) >= BLOCK)]
-        todo = [t for t in todo if self.cache.lookup((*t, -1))[1] < len(t)]
         batch: list[tuple[list[int], Segment]] = []
         new = 0
         for tokens in todo:
-            batch.append((tokens, segment := self._segment(tokens)))
+            found = self.cache.lookup((*tokens, -1))
+            if found[1] == len(tokens):  # held whole: ``prefix_kv`` finds it
+                continue
+            batch.append((tokens, segment := self._segment(tokens, found)))
             new += len(segment.tokens)
             if new >= PREFILL_BATCH_TOKENS:
                 self._prefill_batch(batch)
@@ -241,9 +243,12 @@ class HFSampler:
         if batch:
             self._prefill_batch(batch)
 
-    def _segment(self, tokens: list[int]) -> Segment:
-        """A prefill segment of ``tokens``: a K/V buffer holding their longest cached prefix."""
-        entry, held = self.cache.lookup(tokens) if self.prefix_reuse else (None, 0)
+    def _segment(self, tokens: list[int], found: tuple[Any, int] | None = None) -> Segment:
+        """A prefill segment of ``tokens``: a K/V buffer holding their longest cached prefix
+        (``found``: the cache's lookup of them, when the caller has made it)."""
+        if found is None:
+            found = self.cache.lookup(tokens) if self.prefix_reuse else (None, 0)
+        entry, held = found
         s = self.kv_shape
         kv = s.like().new_empty(s.n_layers, 2, s.kv_heads, len(tokens), s.head_dim)
         if entry is not None and held:

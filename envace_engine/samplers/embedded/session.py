@@ -309,7 +309,7 @@ class DecodeSession:
         if not joining:
             return
         self.p.share_prefixes(sorted(r.prompt for _, r in joining))
-        self.p.prefill_many([r.prompt[:-1] for _, r in joining if len(r.prompt) > 1])
+        self.p.prefill_many([r.prompt[:-1] for _, r in joining])
         for j, request in joining:
             tokens = tuple(request.prompt[:-1])
             if tokens:
