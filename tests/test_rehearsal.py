@@ -328,3 +328,72 @@ def test_a_failed_memory_update_keeps_the_earlier_memory():
     assert Plan(task, 0, 0, memories=(kept, failed)).memory == "Plan: call get_balance."
     assert Plan(task, 0, 0, memories=(failed,)).memory == ""
     assert Plan(task, 0, 0).memory == ""
+
+
+def test_settings_share_their_imagination(tokenizer):
+    """One ``Rehearser`` over par N=1, par N=2, select N=2, seq N=1, seq N=2 imagines three
+    episodes per plan (a pool of two, one second sequential round) and writes three memories,
+    where five separate settings would imagine eight and write five."""
+    from envace_engine.testtime.rehearsal import Rehearser
+
+    tasks = toy_tasks(2)
+    suite = CountingSuite(get_suite("toy"))
+    policy = ScriptedPolicy(tokenizer, tasks)
+    rehearser = Rehearser(tasks, suite, policy, tokenizer, CONFIG, MemoryConfig(), repeats=2)
+
+    def counted(budget: int, mode: str) -> tuple[list, int, int]:
+        before = len(policy.prompts)
+        plans = rehearser.plans(RehearsalConfig(budget, mode))
+        new = policy.prompts[before:]
+        return plans, sum("precise tool simulator" in p for p in new), sum(
+            "Write the rehearsal memory now." in p for p in new
+        )
+
+    par1, world1, memories1 = counted(1, "parallel")
+    assert len(par1) == 4 and world1 > 0 and memories1 == 4
+    par2, world2, memories2 = counted(2, "parallel")
+    assert world2 == world1 and memories2 == 4  # one more episode per plan, a new memory
+    sel2, world, memories = counted(2, "select")
+    assert (world, memories) == (0, 0)
+    seq1, world, memories = counted(1, "sequential")
+    assert (world, memories) == (0, 0)  # sequential N=1 is parallel N=1
+    seq2, world, memories = counted(2, "sequential")
+    assert world == world1 and memories == 4  # only the second round is new
+    again, world, memories = counted(2, "parallel")
+    assert again is par2 and (world, memories) == (0, 0)
+    assert suite.envs == 0  # nothing imagined reached a real environment
+
+    for a, b, s, q1, q2 in zip(par1, par2, sel2, seq1, seq2, strict=True):
+        assert b.imagined[0] is a.imagined[0] and len(b.imagined) == 2
+        assert s.imagined == b.imagined and s.chosen is not None and s.memories == ()
+        assert q1.memories == a.memories and q2.memories[0] == a.memories[0]
+        assert q2.imagined[0].segments == a.imagined[0].segments
+        assert q2.imagined[0].meta["memory_before"] == ""
+        assert q2.imagined[1].meta["memory_before"] == a.memory
+    # the repeats of a task imagined their own episodes
+    assert par2[0].imagined[0].id != par2[1].imagined[0].id
+
+
+def test_a_rehearser_keeps_its_memory_settings_and_its_tasks(tokenizer):
+    from envace_engine.testtime.evaluate import EvalConfig, evaluate
+    from envace_engine.testtime.rehearsal import Rehearser
+
+    tasks = toy_tasks(2)
+    suite = get_suite("toy")
+    policy = ScriptedPolicy(tokenizer, tasks)
+    rehearser = Rehearser(tasks, suite, policy, tokenizer, CONFIG, MemoryConfig(), repeats=1)
+    other = RehearsalConfig(1, "parallel", MemoryConfig(max_new_tokens=8))
+    with pytest.raises(ValueError, match="share one memory configuration"):
+        rehearser.plans(other)
+    with pytest.raises(ValueError, match="other tasks or repeats"):
+        evaluate(
+            tasks[:1],
+            suite,
+            policy,
+            tokenizer,
+            CONFIG,
+            EvalConfig(1, RehearsalConfig(1)),
+            lambda task, episode: 1.0,
+            rehearser=rehearser,
+        )
+    assert policy.prompts == []  # refused before sampling anything

@@ -33,7 +33,7 @@ from envace_engine.testtime.evaluate import (
     sweep_settings,
 )
 from envace_engine.testtime.memory import MemoryConfig
-from envace_engine.testtime.rehearsal import RehearsalConfig, RehearsalMode
+from envace_engine.testtime.rehearsal import RehearsalConfig, RehearsalMode, Rehearser
 from envace_engine.training.probe import check_world
 from envace_engine.types import Mode, Task
 
@@ -98,12 +98,30 @@ def evaluate_settings(
     done: Sequence[str],
     on_setting: Callable[[SettingResult], None],
 ) -> None:
-    """Every setting of ``plan`` not in ``done`` (labels), one sink step each (step = index)."""
+    """Every setting of ``plan`` not in ``done`` (labels), one sink step each (step = index).
+
+    The settings share their imagination (``testtime.rehearsal.Rehearser``: one pool of
+    imagined episodes per task and repeat, one sequential chain), sampled with one seed of the
+    evaluation; each setting commits with a seed of its own. A setting's ``wall_s`` is the time
+    it took here, including the shared imagination it was the first to need; its token counts
+    are what the setting costs on its own at test time.
+    """
+    memory = MemoryConfig(plan.memory_tokens)
+    rehearser = Rehearser(
+        plan.tasks,
+        plan.suite,
+        policy.sampler,
+        policy.tokenizer,
+        dataclasses.replace(plan.rollout, seed=derive_seed(plan.seed, "study-eval", "rehearsal")),
+        memory,
+        repeats=plan.repeats,
+        example_pool=plan.pool,
+        run_id="im",
+    )
     for index, setting in enumerate(plan.settings):
         if setting.label in done:
             continue
-        rehearsal = RehearsalConfig(setting.budget, setting.mode, MemoryConfig(plan.memory_tokens))
-        config = EvalConfig(plan.repeats, rehearsal)
+        config = EvalConfig(plan.repeats, RehearsalConfig(setting.budget, setting.mode, memory))
         seeded = dataclasses.replace(
             plan.rollout, seed=derive_seed(plan.seed, "study-eval", setting.label)
         )
@@ -122,6 +140,7 @@ def evaluate_settings(
             example_pool=plan.pool,
             run_id=f"s{index}",
             progress=progress,
+            rehearser=rehearser,
         )
         sink.episodes(index, result.episodes)
         sink.metrics(index, sweep_metrics(result, setting, 0))

@@ -24,14 +24,16 @@ from typing import Any
 from envace_engine.environments.base import Suite
 from envace_engine.rollout.loop import RolloutConfig
 from envace_engine.samplers.base import Sampler
+from envace_engine.seeds import derive_seed
 from envace_engine.sink import Sink
 from envace_engine.testtime.rehearsal import (
     Attempt,
     Progress,
     RehearsalConfig,
     RehearsalMode,
+    Rehearser,
+    commit,
     parse_mode,
-    run_with_rehearsal,
 )
 from envace_engine.types import Episode, MetaKey, Task
 
@@ -180,19 +182,41 @@ def evaluate(
     example_pool: Sequence[Task] | None = None,
     run_id: str = "ev",
     progress: Progress | None = None,
+    rehearser: Rehearser | None = None,
 ) -> EvalResult:
-    """Evaluate on ``tasks`` in the real environment with the configured rehearsal."""
+    """Evaluate on ``tasks`` in the real environment with the configured rehearsal.
+
+    ``rehearser`` (built for the same tasks and repeats) shares imagination with the other
+    settings evaluated through it; without one this setting imagines on its own. Committed
+    episodes are sampled with ``rollout_config``'s seed either way."""
     if not tasks:
         raise ValueError("no tasks to evaluate: check the suite, split and --n-tasks")
     start = time.perf_counter()
-    attempts = run_with_rehearsal(
-        tasks,
+    if rehearser is None:
+        rehearser = Rehearser(
+            tasks,
+            suite,
+            sampler,
+            tokenizer,
+            rollout_config,
+            config.rehearsal.memory,
+            repeats=config.repeats,
+            example_pool=example_pool,
+            run_id=run_id,
+        )
+    elif rehearser.tasks != tuple(tasks) or rehearser.repeats != config.repeats:
+        raise ValueError(
+            "the rehearser was built for other tasks or repeats than this evaluation: "
+            "build one Rehearser per (tasks, repeats)"
+        )
+    plans = rehearser.plans(config.rehearsal, progress)
+    attempts = commit(
+        plans,
         suite,
         sampler,
         tokenizer,
         rollout_config,
         config.rehearsal,
-        repeats=config.repeats,
         example_pool=example_pool,
         run_id=run_id,
         progress=progress,
@@ -267,6 +291,15 @@ def sweep_metrics(result: EvalResult, setting: Setting, checkpoint: int) -> dict
     return {**base, **named}
 
 
+def commit_config(config: RolloutConfig, label: str) -> RolloutConfig:
+    """The rollout settings of one setting's committed episodes: a seed of their own, so two
+    settings that share their imagination and memory (parallel and sequential N = 1) still
+    commit independent samples."""
+    if config.seed is None:
+        return config
+    return replace(config, seed=derive_seed(config.seed, "commit", label))
+
+
 def run_sweep(
     tasks: Sequence[Task],
     suite: Suite,
@@ -281,6 +314,7 @@ def run_sweep(
     example_pool: Sequence[Task] | None = None,
 ) -> list[SweepPoint]:
     """Evaluate every checkpoint at every setting; one sink step per (checkpoint, setting).
+    A checkpoint's settings share their imagination (``Rehearser``).
 
     ``checkpoints`` may be a lazy iterable (each loaded when its turn comes); ``n_checkpoints``
     is only used for the progress total.
@@ -289,6 +323,17 @@ def run_sweep(
     points: list[SweepPoint] = []
     sink.progress(0, total, "starting sweep")
     for c, checkpoint in enumerate(checkpoints):
+        rehearser = Rehearser(
+            tasks,
+            suite,
+            checkpoint.sampler,
+            checkpoint.tokenizer,
+            rollout_config,
+            config.rehearsal.memory,
+            repeats=config.repeats,
+            example_pool=example_pool,
+            run_id=f"c{c}",
+        )
         for setting in settings:
             step = len(points)
             rehearsal = replace(config.rehearsal, budget=setting.budget, mode=setting.mode)
@@ -304,12 +349,13 @@ def run_sweep(
                 suite,
                 checkpoint.sampler,
                 checkpoint.tokenizer,
-                rollout_config,
+                commit_config(rollout_config, setting.label),
                 here,
                 reward_fn,
                 example_pool=example_pool,
                 run_id=f"s{step}",
                 progress=inner,
+                rehearser=rehearser,
             )
             metrics = sweep_metrics(result, setting, c)
             sink.episodes(step, result.episodes)

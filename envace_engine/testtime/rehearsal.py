@@ -139,23 +139,66 @@ def imagine_config(config: RolloutConfig) -> RolloutConfig:
     return replace(config, mode=Mode.REHEARSAL, shadow_real=False, grounded_rehearsal=False)
 
 
-class _Rehearser:
-    """Runs the imagined phase and writes memories for a list of plans."""
+class Rehearser:
+    """Private rehearsal of fixed tasks x repeats at any number of settings, which share their
+    imagination (docs/rehearsal.md, *Shared imagination*).
+
+    Every plan (task, repeat) has one **pool** of memory-free imagined episodes, sampled as
+    settings need them: ``parallel`` and ``select`` at budget N use its first N episodes, so
+    parallel N = 1, parallel N = 2 and select N = 2 imagine two episodes per plan, not five.
+    Sequential rehearsal is a chain whose first round is parallel N = 1 (the same prompts: no
+    memory before it, one transcript after it) and whose round k continues round k - 1, so
+    sequential N = K holds sequential N < K as prefixes. Each setting is still an unbiased
+    sample of its procedure; settings that share episodes are paired on them, which makes
+    their differences more precise. Memories and chain rounds are kept per budget, so asking
+    again for a setting returns the same plans.
+    """
 
     def __init__(
         self,
+        tasks: Sequence[Task],
         suite: Suite,
         sampler: Sampler,
         tokenizer: Any,
         config: RolloutConfig,
-        rehearsal: RehearsalConfig,
-        example_pool: Sequence[Task] | None,
-        run_id: str,
+        memory: MemoryConfig,
+        *,
+        repeats: int = 1,
+        example_pool: Sequence[Task] | None = None,
+        run_id: str = "rh",
     ) -> None:
+        if repeats < 1:
+            raise ValueError(f"repeats={repeats}: use 1 or more committed episodes per task")
+        self.tasks, self.repeats = tuple(tasks), repeats
         self.suite, self.sampler, self.tokenizer = suite, sampler, tokenizer
-        self.config, self.rehearsal = imagine_config(config), rehearsal
+        self.config, self.memory, self.user = imagine_config(config), memory, config.user
         self.pool, self.run_id = example_pool, run_id
         self.chat = ChatTokenizer(tokenizer)
+        self.base = [Plan(t, i, r) for i, t in enumerate(self.tasks) for r in range(repeats)]
+        self._imagined: list[tuple[Episode, ...]] = [() for _ in self.base]
+        self._parallel: dict[int, list[Plan]] = {}
+        self._chain: list[list[Plan]] = []  # sequential plans after rounds 1, 2, ...
+
+    def plans(self, rehearsal: RehearsalConfig, progress: Progress | None = None) -> list[Plan]:
+        """The plans of one setting, computing only what earlier settings have not."""
+        if rehearsal.memory != self.memory:
+            raise ValueError(
+                f"memory settings {rehearsal.memory} differ from this rehearser's {self.memory}: "
+                "settings that share imagination share one memory configuration"
+            )
+        n, report = rehearsal.budget, progress or (lambda done, total, message: None)
+        if n == 0 or not self.base:
+            return self.base
+        if rehearsal.mode is RehearsalMode.SELECT and self.user is not None:
+            raise ValueError(
+                "select rehearsal replays the agent's first reply, which with a simulated user "
+                "follows a sampled user message: use parallel or sequential on this suite"
+            )
+        if rehearsal.mode is RehearsalMode.SELECT:
+            return [replace(p, chosen=choose(p.imagined)) for p in self._pooled(n, report)]
+        if rehearsal.mode is RehearsalMode.PARALLEL:
+            return self._parallel_plans(n, report)
+        return self._sequential(n, report)
 
     def _rollout(
         self, tasks: Sequence[Task], group_size: int, tag: str, phase: int
@@ -172,7 +215,7 @@ class _Rehearser:
         )
 
     def _memories(self, prompts: list[list[Message]], phase: int) -> list[MemoryNote]:
-        cfg, mem = self.config, self.rehearsal.memory
+        cfg, mem = self.config, self.memory
         params = SamplingParams(
             max_new_tokens=mem.max_new_tokens,
             temperature=cfg.temperature if mem.temperature is None else mem.temperature,
@@ -183,60 +226,74 @@ class _Rehearser:
         )
         return write_memories(self.sampler, self.chat, prompts, params, cfg.context_limit)
 
-    def imagine(self, plans: list[Plan], repeats: int, progress: Progress) -> list[Plan]:
-        """One batched rollout of budget x repeats imagined episodes per task.
+    def _pooled(self, n: int, progress: Progress) -> list[Plan]:
+        """The base plans with the first ``n`` pool episodes each, imagining what is missing.
 
-        Every task's imagined episodes form one group of the rollout (consecutive, sharing the
-        task's prompt, which the sampler prefills once), and all tasks go in the same call so
-        the sampler's batch stays full.
+        The missing episodes of every task are one group of one batched rollout (consecutive,
+        sharing the task's prompt, which the sampler prefills once); all tasks go in the same
+        call so the sampler's batch stays full.
         """
-        n = self.rehearsal.budget
-        task_ids = sorted({p.task_index for p in plans})
-        tasks = [next(p.task for p in plans if p.task_index == i) for i in task_ids]
-        episodes = self._rollout(tasks, n * repeats, "im", 1)
-        size = n * repeats
-        by_task = {i: episodes[k * size : (k + 1) * size] for k, i in enumerate(task_ids)}
-        progress(len(task_ids), len(task_ids), f"imagined {size} episodes for each task")
-        out = []
-        for plan in plans:
-            imagined = by_task[plan.task_index][plan.repeat * n : (plan.repeat + 1) * n]
-            out.append(replace(plan, imagined=tuple(imagined)))
-        return out
+        have = len(self._imagined[0])
+        if have < n:
+            more = n - have
+            episodes = self._rollout(self.tasks, more * self.repeats, f"im{have}", 1 + 100 * have)
+            size = more * self.repeats
+            for k, plan in enumerate(self.base):
+                group = episodes[plan.task_index * size : (plan.task_index + 1) * size]
+                own = group[plan.repeat * more : (plan.repeat + 1) * more]
+                self._imagined[k] = (*self._imagined[k], *own)
+            progress(len(self.tasks), len(self.tasks), f"imagined {size} episodes for each task")
+        return [replace(p, imagined=e[:n]) for p, e in zip(self.base, self._imagined, strict=True)]
 
-    def parallel(self, plans: list[Plan], repeats: int, progress: Progress) -> list[Plan]:
-        """The imagined episodes (``imagine``), then one memory per plan over all of them."""
-        chars = self.rehearsal.memory.transcript_chars
-        out = self.imagine(plans, repeats, progress)
-        prompts = [memory_messages(p.task, [transcript(e, chars) for e in p.imagined]) for p in out]
-        notes = self._memories(prompts, 2)
-        return [replace(p, memories=(note,)) for p, note in zip(out, notes, strict=True)]
+    def _parallel_plans(self, n: int, progress: Progress) -> list[Plan]:
+        """The first ``n`` pool episodes, then one memory per plan over all of them."""
+        if n not in self._parallel:
+            chars = self.memory.transcript_chars
+            out = self._pooled(n, progress)
+            prompts = [
+                memory_messages(p.task, [transcript(e, chars) for e in p.imagined]) for p in out
+            ]
+            notes = self._memories(prompts, 2 if n == 1 else 2 + 100 * n)
+            self._parallel[n] = [
+                replace(p, memories=(note,)) for p, note in zip(out, notes, strict=True)
+            ]
+        return self._parallel[n]
 
-    def select(self, plans: list[Plan], repeats: int, progress: Progress) -> list[Plan]:
-        """The imagined episodes (``imagine``), then the best-looking one of each plan."""
-        out = self.imagine(plans, repeats, progress)
-        return [replace(p, chosen=choose(p.imagined)) for p in out]
-
-    def sequential(self, plans: list[Plan], progress: Progress) -> list[Plan]:
-        """N rounds, each batched over all plans: imagine with the memory so far, then update it."""
-        chars = self.rehearsal.memory.transcript_chars
-        for k in range(self.rehearsal.budget):
+    def _sequential(self, n: int, progress: Progress) -> list[Plan]:
+        """Rounds 2.. n, each batched over all plans: imagine with the memory so far, then
+        update it; round 1 is parallel N = 1."""
+        chars = self.memory.transcript_chars
+        if not self._chain:
+            first = self._parallel_plans(1, progress)
+            self._chain.append([_before(p, "") for p in first])
+        while len(self._chain) < n:
+            k, plans = len(self._chain), self._chain[-1]
             variants = [with_memory(p.task, p.memory) for p in plans]
             episodes = self._rollout(variants, 1, f"im{k}", 10 + 2 * k)
-            episodes = [
-                replace(e, meta={**e.meta, MetaKey.MEMORY_BEFORE: p.memory})
-                for e, p in zip(episodes, plans, strict=True)
-            ]
+            episodes = [_marked(e, p.memory) for e, p in zip(episodes, plans, strict=True)]
             prompts = [
                 memory_messages(p.task, [transcript(e, chars)], p.memory, first_index=k + 1)
                 for p, e in zip(plans, episodes, strict=True)
             ]
             notes = self._memories(prompts, 11 + 2 * k)
-            plans = [
-                replace(p, imagined=(*p.imagined, e), memories=(*p.memories, note))
-                for p, e, note in zip(plans, episodes, notes, strict=True)
-            ]
-            progress(k + 1, self.rehearsal.budget, f"sequential round {k + 1}")
-        return plans
+            self._chain.append(
+                [
+                    replace(p, imagined=(*p.imagined, e), memories=(*p.memories, note))
+                    for p, e, note in zip(plans, episodes, notes, strict=True)
+                ]
+            )
+            progress(k + 1, n, f"sequential round {k + 1}")
+        return self._chain[n - 1]
+
+
+def _marked(episode: Episode, memory: str) -> Episode:
+    """A sequential imagined episode with the memory it had in context."""
+    return replace(episode, meta={**episode.meta, MetaKey.MEMORY_BEFORE: memory})
+
+
+def _before(plan: Plan, memory: str) -> Plan:
+    """``plan`` with its imagined episodes marked as run with ``memory`` in context."""
+    return replace(plan, imagined=tuple(_marked(e, memory) for e in plan.imagined))
 
 
 def rehearse(
@@ -252,24 +309,20 @@ def rehearse(
     run_id: str = "rh",
     progress: Progress | None = None,
 ) -> list[Plan]:
-    """Private rehearsal for every task and repeat (no real environment is ever created)."""
-    if repeats < 1:
-        raise ValueError(f"repeats={repeats}: use 1 or more committed episodes per task")
-    plans = [Plan(task, i, r) for i, task in enumerate(tasks) for r in range(repeats)]
-    if rehearsal.budget == 0 or not plans:
-        return plans
-    if rehearsal.mode is RehearsalMode.SELECT and config.user is not None:
-        raise ValueError(
-            "select rehearsal replays the agent's first reply, which with a simulated user "
-            "follows a sampled user message: use parallel or sequential on this suite"
-        )
-    report = progress or (lambda done, total, message: None)
-    worker = _Rehearser(suite, sampler, tokenizer, config, rehearsal, example_pool, run_id)
-    if rehearsal.mode is RehearsalMode.PARALLEL:
-        return worker.parallel(plans, repeats, report)
-    if rehearsal.mode is RehearsalMode.SELECT:
-        return worker.select(plans, repeats, report)
-    return worker.sequential(plans, report)
+    """Private rehearsal for every task and repeat at one setting (no real environment is ever
+    created); ``Rehearser`` shares the imagination of several settings."""
+    worker = Rehearser(
+        tasks,
+        suite,
+        sampler,
+        tokenizer,
+        config,
+        rehearsal.memory,
+        repeats=repeats,
+        example_pool=example_pool,
+        run_id=run_id,
+    )
+    return worker.plans(rehearsal, progress)
 
 
 def commit(
@@ -312,9 +365,12 @@ def _attempt(plan: Plan, episode: Episode, rehearsal: RehearsalConfig, run_id: s
     """Attach meta (memory, token accounting, links) to a committed episode and its imagined."""
     group = f"{run_id}-{plan.task_index}"  # all repeats of a task form one group (pass^k)
     setting = {MetaKey.BUDGET: rehearsal.budget, MetaKey.REHEARSAL_MODE: rehearsal.label}
+    # An imagined episode may serve several settings (``Rehearser``), each stored as its own
+    # step of one run, where episode ids must be unique: each setting stores its own copy.
     imagined = tuple(
         replace(
             e,
+            id=f"{run_id}-{e.id}",
             group_id=f"{group}-r{plan.repeat}-im",
             meta={
                 **e.meta,
