@@ -345,8 +345,10 @@ def test_settings_share_their_imagination(tokenizer):
         before = len(policy.prompts)
         plans = rehearser.plans(RehearsalConfig(budget, mode))
         new = policy.prompts[before:]
-        return plans, sum("precise tool simulator" in p for p in new), sum(
-            "Write the rehearsal memory now." in p for p in new
+        return (
+            plans,
+            sum("precise tool simulator" in p for p in new),
+            sum("Write the rehearsal memory now." in p for p in new),
         )
 
     par1, world1, memories1 = counted(1, "parallel")

@@ -2,11 +2,13 @@
 
 For each test-time setting (budget N × mode; N = 0 once) the checkpoint runs ``repeats``
 committed real-environment episodes per held-out task after its private rehearsal
-(``testtime.evaluate``); every setting is one step of the checkpoint's ``sweep`` run. Then one
-ungrounded rehearsal rollout of the same tasks with a shadow real environment
-(``training.probe.check_world``) measures the world model: fidelity of every rehearsed-vs-real
-pair, the real responses' NLL under the policy, and task success inside the rehearsed world —
-a step of the checkpoint's ``eval`` run. Each finished unit is returned to the caller at once
+(``testtime.evaluate``); every setting is one step of the checkpoint's ``sweep`` run. The
+settings share their imagined episodes (``make_rehearser``). Then the world model, from the
+first imagined episode of every task and repeat — ungrounded rehearsal, as at test time — with
+the answers a shadow real environment would have given (``rollout.shadow.replay_shadow``):
+fidelity of every rehearsed-vs-real pair, the real responses' NLL under the policy, and task
+success inside the rehearsed world (``training.probe.judge_world``) — a step of the
+checkpoint's ``eval`` run. Each finished unit is returned to the caller at once
 (``on_setting``, ``on_fidelity``), so a killed study keeps what was evaluated.
 """
 
@@ -21,6 +23,7 @@ from typing import Any
 from envace_engine.environments.base import Suite
 from envace_engine.rollout.loop import RolloutConfig
 from envace_engine.rollout.rewards import RewardFn
+from envace_engine.rollout.shadow import replay_shadow
 from envace_engine.seeds import derive_seed
 from envace_engine.sink import Sink
 from envace_engine.study.state import FidelityResult, SettingResult
@@ -34,7 +37,7 @@ from envace_engine.testtime.evaluate import (
 )
 from envace_engine.testtime.memory import MemoryConfig
 from envace_engine.testtime.rehearsal import RehearsalConfig, RehearsalMode, Rehearser
-from envace_engine.training.probe import check_world
+from envace_engine.training.probe import WorldCheck, check_world, judge_world
 from envace_engine.types import Mode, Task
 
 
@@ -91,9 +94,26 @@ def result_of(setting: Setting, result: EvalResult) -> SettingResult:
     )
 
 
+def make_rehearser(policy: Policy, plan: EvalPlan) -> Rehearser:
+    """The imagination one checkpoint's settings and its world evaluation share, sampled with
+    one seed of the evaluation (``Rehearser``)."""
+    return Rehearser(
+        plan.tasks,
+        plan.suite,
+        policy.sampler,
+        policy.tokenizer,
+        dataclasses.replace(plan.rollout, seed=derive_seed(plan.seed, "study-eval", "rehearsal")),
+        MemoryConfig(plan.memory_tokens),
+        repeats=plan.repeats,
+        example_pool=plan.pool,
+        run_id="im",
+    )
+
+
 def evaluate_settings(
     policy: Policy,
     plan: EvalPlan,
+    rehearser: Rehearser,
     sink: Sink,
     done: Sequence[str],
     on_setting: Callable[[SettingResult], None],
@@ -106,18 +126,7 @@ def evaluate_settings(
     it took here, including the shared imagination it was the first to need; its token counts
     are what the setting costs on its own at test time.
     """
-    memory = MemoryConfig(plan.memory_tokens)
-    rehearser = Rehearser(
-        plan.tasks,
-        plan.suite,
-        policy.sampler,
-        policy.tokenizer,
-        dataclasses.replace(plan.rollout, seed=derive_seed(plan.seed, "study-eval", "rehearsal")),
-        memory,
-        repeats=plan.repeats,
-        example_pool=plan.pool,
-        run_id="im",
-    )
+    memory = rehearser.memory
     for index, setting in enumerate(plan.settings):
         if setting.label in done:
             continue
@@ -148,28 +157,13 @@ def evaluate_settings(
         on_setting(result_of(setting, result))
 
 
-def evaluate_fidelity(policy: Policy, plan: EvalPlan, sink: Sink) -> FidelityResult:
+def evaluate_fidelity(
+    policy: Policy, plan: EvalPlan, rehearser: Rehearser, sink: Sink
+) -> FidelityResult:
     """The checkpoint inside its own rehearsed world (see the module docstring)."""
     started = time.perf_counter()
-    config = dataclasses.replace(
-        plan.rollout,
-        mode=Mode.REHEARSAL,
-        grounded_rehearsal=False,
-        shadow_real=True,
-        seed=derive_seed(plan.seed, "study-fidelity"),
-    )
-    sink.progress(0, 1, f"{policy.name}: rehearsal rollout of {len(plan.tasks)} tasks")
-    world = check_world(
-        plan.tasks,
-        plan.suite,
-        policy.sampler,
-        policy.tokenizer,
-        policy.model,
-        config,
-        plan.repeats,
-        plan.success,
-        "fid",
-    )
+    sink.progress(0, 1, f"{policy.name}: the world of {len(plan.tasks)} tasks")
+    world = _world(policy, plan, rehearser, lambda a, b, message: None)
     sink.episodes(0, world.episodes)
     sink.metrics(0, {f"fidelity_eval/{k}": v for k, v in world.metrics.items()})
     sink.progress(1, 1, f"{policy.name}: fidelity done")
@@ -183,4 +177,36 @@ def evaluate_fidelity(policy: Policy, plan: EvalPlan, sink: Sink) -> FidelityRes
         real_nll=m.get("real_nll"),
         wall_s=time.perf_counter() - started,
         exact_by_task=world.exact_by_task,
+    )
+
+
+def _world(policy: Policy, plan: EvalPlan, rehearser: Rehearser, progress: Any) -> WorldCheck:
+    """The first imagined episode of every task and repeat (the one parallel N = 1 wrote its
+    memory from), with the answers a shadow environment would have given
+    (``rollout.shadow.replay_shadow``); with a simulated user, whose own tool calls change the
+    environment, a separate rehearsal rollout with a live shadow environment instead."""
+    if plan.rollout.user is None:
+        by_id = {t.id: t for t in plan.tasks}
+        episodes = [
+            replay_shadow(p.imagined[0], by_id[p.task.id], plan.suite)
+            for p in rehearser.pooled(1, progress)
+        ]
+        return judge_world(plan.tasks, episodes, policy.tokenizer, policy.model, plan.success)
+    config = dataclasses.replace(
+        plan.rollout,
+        mode=Mode.REHEARSAL,
+        grounded_rehearsal=False,
+        shadow_real=True,
+        seed=derive_seed(plan.seed, "study-fidelity"),
+    )
+    return check_world(
+        plan.tasks,
+        plan.suite,
+        policy.sampler,
+        policy.tokenizer,
+        policy.model,
+        config,
+        plan.repeats,
+        plan.success,
+        "fid",
     )

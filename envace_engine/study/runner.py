@@ -36,6 +36,7 @@ from envace_engine.study.evaluation import (
     Policy,
     evaluate_fidelity,
     evaluate_settings,
+    make_rehearser,
     plan_settings,
 )
 from envace_engine.study.report import build_report, write_report
@@ -449,13 +450,14 @@ def evaluate_checkpoint(
         save()
         release_memory()  # the kept heap of one setting must not add to the next's peak
 
+    rehearser = make_rehearser(policy, here)  # settings and world share their imagination
     with sinks.open(record.run_id, "sweep", model, meta) as sink:
-        evaluate_settings(policy, here, sink, list(record.settings), keep)
+        evaluate_settings(policy, here, rehearser, sink, list(record.settings), keep)
     if record.fidelity is None:
         record.fidelity_run_id = f"{state.study_id}--fidelity-{name}{suffix}"
         with sinks.open(record.fidelity_run_id, "eval", model, meta) as sink:
-            record.fidelity = evaluate_fidelity(policy, here, sink)
-    del policy
+            record.fidelity = evaluate_fidelity(policy, here, rehearser, sink)
+    del policy, rehearser
     release_memory()
     return True
 

@@ -195,7 +195,7 @@ class Rehearser:
                 "follows a sampled user message: use parallel or sequential on this suite"
             )
         if rehearsal.mode is RehearsalMode.SELECT:
-            return [replace(p, chosen=choose(p.imagined)) for p in self._pooled(n, report)]
+            return [replace(p, chosen=choose(p.imagined)) for p in self.pooled(n, report)]
         if rehearsal.mode is RehearsalMode.PARALLEL:
             return self._parallel_plans(n, report)
         return self._sequential(n, report)
@@ -226,7 +226,7 @@ class Rehearser:
         )
         return write_memories(self.sampler, self.chat, prompts, params, cfg.context_limit)
 
-    def _pooled(self, n: int, progress: Progress) -> list[Plan]:
+    def pooled(self, n: int, progress: Progress) -> list[Plan]:
         """The base plans with the first ``n`` pool episodes each, imagining what is missing.
 
         The missing episodes of every task are one group of one batched rollout (consecutive,
@@ -249,7 +249,7 @@ class Rehearser:
         """The first ``n`` pool episodes, then one memory per plan over all of them."""
         if n not in self._parallel:
             chars = self.memory.transcript_chars
-            out = self._pooled(n, progress)
+            out = self.pooled(n, progress)
             prompts = [
                 memory_messages(p.task, [transcript(e, chars) for e in p.imagined]) for p in out
             ]

@@ -114,6 +114,18 @@ def check_world(
     if config.mode is not Mode.REHEARSAL or config.grounded_rehearsal or not config.shadow_real:
         raise ValueError("check_world needs an ungrounded rehearsal rollout with a shadow env")
     episodes = rollout(tasks, suite, sampler, tokenizer, config, repeats, run_id=run_id)
+    return judge_world(tasks, episodes, tokenizer, model, success)
+
+
+def judge_world(
+    tasks: Sequence[Task],
+    episodes: list[Episode],
+    tokenizer: Any,
+    model: Any | None,
+    success: RewardFn,
+) -> WorldCheck:
+    """What ungrounded rehearsal episodes of ``tasks`` whose calls carry real answers (a shadow
+    environment's, or ``rollout.shadow.replay_shadow``'s) say about the world model."""
     per_task = per_task_success(episodes, {t.id: t for t in tasks}, success)
     metrics = {"rehearsed_success": _mean(list(per_task.values())), **pair_metrics(episodes)}
     if model is not None:
