@@ -36,7 +36,7 @@ from envace_engine.testtime.evaluate import (
     sweep_settings,
 )
 from envace_engine.testtime.memory import MemoryConfig
-from envace_engine.testtime.rehearsal import RehearsalConfig, RehearsalMode, Rehearser
+from envace_engine.testtime.rehearsal import Progress, RehearsalConfig, RehearsalMode, Rehearser
 from envace_engine.training.probe import WorldCheck, check_world, judge_world
 from envace_engine.types import Mode, Task
 
@@ -180,16 +180,14 @@ def evaluate_fidelity(
     )
 
 
-def _world(policy: Policy, plan: EvalPlan, rehearser: Rehearser, progress: Any) -> WorldCheck:
+def _world(policy: Policy, plan: EvalPlan, rehearser: Rehearser, progress: Progress) -> WorldCheck:
     """The first imagined episode of every task and repeat (the one parallel N = 1 wrote its
     memory from), with the answers a shadow environment would have given
     (``rollout.shadow.replay_shadow``); with a simulated user, whose own tool calls change the
     environment, a separate rehearsal rollout with a live shadow environment instead."""
     if plan.rollout.user is None:
-        by_id = {t.id: t for t in plan.tasks}
         episodes = [
-            replay_shadow(p.imagined[0], by_id[p.task.id], plan.suite)
-            for p in rehearser.pooled(1, progress)
+            replay_shadow(p.imagined[0], p.task, plan.suite) for p in rehearser.pooled(1, progress)
         ]
         return judge_world(plan.tasks, episodes, policy.tokenizer, policy.model, plan.success)
     config = dataclasses.replace(
