@@ -101,3 +101,24 @@ def test_packed_teacher_forced_scores_equal_separate_ones(tiny_model, tokenizer)
     plain = greedy_matches(tiny_model, examples, pad, bf16=False, pack=False)
     assert packed == plain
     assert [n for _, n in plain] == [len(e.completion_ids) for e in examples]
+
+
+def test_heldout_examples_do_not_depend_on_the_runs_seed() -> None:
+    """Runs of one recipe that differ in seed are scored on the same held-out examples, though
+    the seed draws which tasks get memory-conditioned examples (and, past ``eval_tasks``, which
+    tasks) — as it still does for the training examples."""
+    from envace_engine.config import SFTConfig
+    from envace_engine.rollout.memory_prompts import MEMORY_HEADER
+    from envace_engine.training.sft_eval import heldout_samples
+
+    def keyed(samples: list) -> list[tuple]:
+        return sorted((s.source, s.role, s.target, repr(s.prompt)) for s in samples)
+
+    def with_memory(samples: list) -> set[str]:
+        return {s.source for s in samples if any(MEMORY_HEADER in m.content for m in s.prompt)}
+
+    recipe = {"memory_fraction": 0.5, "roles": ("act", "rehearse", "memory"), "n_tasks": 30}
+    held = [heldout_samples(SFTConfig(seed=seed, eval_tasks=30, **recipe)) for seed in (0, 1, 7)]
+    assert with_memory(held[0]) and keyed(held[1]) == keyed(held[0]) == keyed(held[2])
+    trained = [all_samples(SFTConfig(seed=seed, **recipe)) for seed in (0, 1)]
+    assert with_memory(trained[0]) != with_memory(trained[1])  # the seed does draw them

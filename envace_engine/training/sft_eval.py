@@ -19,6 +19,7 @@ from envace_engine.environments import get_suite
 from envace_engine.rollout.tokens import ChatTokenizer
 
 EVAL_BATCH = 16
+HELDOUT_SEED = 0  # the held-out draw of every run (the study recipe's own seed)
 HEAD_CHUNK = 256  # completion positions projected through the LM head at a time
 
 
@@ -94,14 +95,22 @@ def summarize(examples: Sequence[Any], matches: Sequence[tuple], prefix: str) ->
     return metrics
 
 
-def heldout_metrics(model: Any, chat: ChatTokenizer, config: SFTConfig, pad_id: int) -> dict:
-    """Teacher-forced metrics on ``eval_tasks`` tasks of ``eval_split`` (``sft/heldout/...``)."""
-    from envace_engine.training.sft import all_samples, tokenize
+def heldout_samples(config: SFTConfig) -> list[Any]:
+    """The held-out examples: ``eval_tasks`` tasks of ``eval_split`` drawn, and given their
+    memory-conditioned variants, with ``HELDOUT_SEED`` whatever the run's seed, so runs that
+    differ in seed are scored on the same examples."""
+    from envace_engine.training.sft import all_samples
 
     assert config.eval_split is not None
-    suite = get_suite(config.suite)
-    held = config.model_copy(update={"n_tasks": config.eval_tasks})
-    examples = tokenize(all_samples(held, suite, split=config.eval_split), chat)
+    held = config.model_copy(update={"n_tasks": config.eval_tasks, "seed": HELDOUT_SEED})
+    return all_samples(held, get_suite(config.suite), split=config.eval_split)
+
+
+def heldout_metrics(model: Any, chat: ChatTokenizer, config: SFTConfig, pad_id: int) -> dict:
+    """Teacher-forced metrics on ``heldout_samples`` (``sft/heldout/...``)."""
+    from envace_engine.training.sft import tokenize
+
+    examples = tokenize(heldout_samples(config), chat)
     model.eval()
     matches = greedy_matches(model, examples, pad_id, config.bf16, config.pack_turns)
     return summarize(examples, matches, "sft/heldout")
