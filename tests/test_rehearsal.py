@@ -399,3 +399,31 @@ def test_a_rehearser_keeps_its_memory_settings_and_its_tasks(tokenizer):
             rehearser=rehearser,
         )
     assert policy.prompts == []  # refused before sampling anything
+
+
+def test_the_pool_is_imagined_at_its_full_size_by_the_first_setting(tokenizer):
+    """With ``pool_size`` the first setting to need the pool imagines all of it in one call, so
+    a resumed evaluation (whose first setting may be parallel N=2) samples the same call."""
+    from envace_engine.testtime.rehearsal import Rehearser, RehearsalMode, pool_size
+
+    settings = [(0, RehearsalMode.PARALLEL), (1, RehearsalMode.PARALLEL)]
+    settings += [(2, RehearsalMode.SEQUENTIAL), (2, RehearsalMode.SELECT)]
+    assert pool_size(settings) == 2 and pool_size(settings[2:3]) == 1
+    tasks = toy_tasks(2)
+    policy = ScriptedPolicy(tokenizer, tasks)
+
+    def world_prompts(first: int) -> tuple[int, int]:
+        rehearser = Rehearser(
+            tasks, get_suite("toy"), policy, tokenizer, CONFIG, MemoryConfig(), pool_size=2
+        )
+        counts = []
+        for budget in (first, 3 - first):
+            before = len(policy.prompts)
+            plans = rehearser.plans(RehearsalConfig(budget, "parallel"))
+            assert all(len(p.imagined) == budget for p in plans)
+            counts.append(sum("precise tool simulator" in p for p in policy.prompts[before:]))
+        return counts[0], counts[1]
+
+    full, rest = world_prompts(1)
+    assert full > 0 and rest == 0  # N=1 imagined N=2's episode too
+    assert world_prompts(2) == (full, 0)

@@ -36,7 +36,13 @@ from envace_engine.testtime.evaluate import (
     sweep_settings,
 )
 from envace_engine.testtime.memory import MemoryConfig
-from envace_engine.testtime.rehearsal import Progress, RehearsalConfig, RehearsalMode, Rehearser
+from envace_engine.testtime.rehearsal import (
+    Progress,
+    RehearsalConfig,
+    RehearsalMode,
+    Rehearser,
+    pool_size,
+)
 from envace_engine.training.probe import WorldCheck, check_world, judge_world
 from envace_engine.types import Mode, Task
 
@@ -107,6 +113,7 @@ def make_rehearser(policy: Policy, plan: EvalPlan) -> Rehearser:
         repeats=plan.repeats,
         example_pool=plan.pool,
         run_id="im",
+        pool_size=pool_size([(s.budget, s.mode) for s in plan.settings]),
     )
 
 

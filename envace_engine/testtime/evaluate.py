@@ -34,6 +34,7 @@ from envace_engine.testtime.rehearsal import (
     Rehearser,
     commit,
     parse_mode,
+    pool_size,
 )
 from envace_engine.types import Episode, MetaKey, Task
 
@@ -333,6 +334,7 @@ def run_sweep(
             repeats=config.repeats,
             example_pool=example_pool,
             run_id=f"c{c}",
+            pool_size=pool_size([(s.budget, s.mode) for s in settings]),
         )
         for setting in settings:
             step = len(points)

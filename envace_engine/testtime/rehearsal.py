@@ -151,7 +151,8 @@ class Rehearser:
     sequential N = K holds sequential N < K as prefixes. Each setting is still an unbiased
     sample of its procedure; settings that share episodes are paired on them, which makes
     their differences more precise. Memories and chain rounds are kept per budget, so asking
-    again for a setting returns the same plans.
+    again for a setting returns the same plans. ``pool_size`` (the largest parallel or select
+    budget to come) is imagined in the first call (``pooled``).
     """
 
     def __init__(
@@ -166,10 +167,11 @@ class Rehearser:
         repeats: int = 1,
         example_pool: Sequence[Task] | None = None,
         run_id: str = "rh",
+        pool_size: int = 0,
     ) -> None:
         if repeats < 1:
             raise ValueError(f"repeats={repeats}: use 1 or more committed episodes per task")
-        self.tasks, self.repeats = tuple(tasks), repeats
+        self.tasks, self.repeats, self.pool_size = tuple(tasks), repeats, pool_size
         self.suite, self.sampler, self.tokenizer = suite, sampler, tokenizer
         self.config, self.memory, self.user = imagine_config(config), memory, config.user
         self.pool, self.run_id = example_pool, run_id
@@ -231,11 +233,13 @@ class Rehearser:
 
         The missing episodes of every task are one group of one batched rollout (consecutive,
         sharing the task's prompt, which the sampler prefills once); all tasks go in the same
-        call so the sampler's batch stays full.
+        call so the sampler's batch stays full. The first call imagines at least ``pool_size``
+        episodes per plan, so the pool is sampled in one call of the same shape whichever
+        setting asks first (a resumed evaluation gets the pool an uninterrupted one had).
         """
         have = len(self._imagined[0])
         if have < n:
-            more = n - have
+            more = max(n, self.pool_size) - have
             episodes = self._rollout(self.tasks, more * self.repeats, f"im{have}", 1 + 100 * have)
             size = more * self.repeats
             for k, plan in enumerate(self.base):
@@ -294,6 +298,11 @@ def _marked(episode: Episode, memory: str) -> Episode:
 def _before(plan: Plan, memory: str) -> Plan:
     """``plan`` with its imagined episodes marked as run with ``memory`` in context."""
     return replace(plan, imagined=tuple(_marked(e, memory) for e in plan.imagined))
+
+
+def pool_size(settings: Sequence[tuple[int, RehearsalMode]]) -> int:
+    """The pool that (budget, mode) settings read: their largest parallel or select budget."""
+    return max((n for n, mode in settings if mode is not RehearsalMode.SEQUENTIAL), default=1)
 
 
 def rehearse(
