@@ -404,7 +404,7 @@ def test_a_rehearser_keeps_its_memory_settings_and_its_tasks(tokenizer):
 def test_the_pool_is_imagined_at_its_full_size_by_the_first_setting(tokenizer):
     """With ``pool_size`` the first setting to need the pool imagines all of it in one call, so
     a resumed evaluation (whose first setting may be parallel N=2) samples the same call."""
-    from envace_engine.testtime.rehearsal import Rehearser, RehearsalMode, pool_size
+    from envace_engine.testtime.rehearsal import RehearsalMode, Rehearser, pool_size
 
     settings = [(0, RehearsalMode.PARALLEL), (1, RehearsalMode.PARALLEL)]
     settings += [(2, RehearsalMode.SEQUENTIAL), (2, RehearsalMode.SELECT)]
