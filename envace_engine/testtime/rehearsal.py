@@ -174,7 +174,7 @@ class Rehearser:
         self.tasks, self.repeats, self.pool_size = tuple(tasks), repeats, pool_size
         self.suite, self.sampler, self.tokenizer = suite, sampler, tokenizer
         self.config, self.memory, self.user = imagine_config(config), memory, config.user
-        self.pool, self.run_id = example_pool, run_id
+        self.example_pool, self.run_id = example_pool, run_id
         self.chat = ChatTokenizer(tokenizer)
         self.base = [Plan(t, i, r) for i, t in enumerate(self.tasks) for r in range(repeats)]
         self._imagined: list[tuple[Episode, ...]] = [() for _ in self.base]
@@ -212,7 +212,7 @@ class Rehearser:
             self.tokenizer,
             _seeded(self.config, phase),
             group_size,
-            example_pool=self.pool,
+            example_pool=self.example_pool,
             run_id=f"{self.run_id}-{tag}",
         )
 
