@@ -90,6 +90,12 @@ def test_tiny_study_runs_every_arm_and_a_killed_study_resumes_to_the_same_report
     assert settings == {"plain N=0", "parallel N=1", "sequential N=1", "select N=2"}
     assert len(report["verdicts"]) == 5 and all(v["verdict"] for v in report["verdicts"])
     assert {"heldout/success", "loss"} <= set(report["curves"]["envace"]["1"])
+    # the step-0 probe of the SFT checkpoint ran once and every arm's curve starts with it
+    kept = json.loads((whole / "runs" / "study-tiny" / "study.json").read_text())["start_probe"]
+    assert kept["key"] and "heldout/success" in kept["metrics"]
+    starts = [report["curves"][arm]["0"] for arm in ARMS]
+    held = [{k: v for k, v in p.items() if k.startswith("heldout/")} for p in starts]
+    assert held[0] and all(h == held[0] for h in held)
 
     _bundle_installs(whole / "runs" / "study-tiny", tmp_path)
 

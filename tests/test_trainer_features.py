@@ -84,3 +84,45 @@ def test_simulator_arm_answers_with_a_frozen_copy_and_trains_act_rows(tmp_path):
     assert all(torch.equal(after[k], v) for k, v in frozen.items())  # never trained
     calls = [c for e in read_episodes(tmp_path / "episodes.jsonl") for c in e["calls"]]
     assert all(c["shown"] == "simulated" for c in calls)
+
+
+class _Memo:
+    """A ``probe.ProbeMemo`` in a dict."""
+
+    def __init__(self) -> None:
+        self.kept: dict[str, dict] = {}
+
+    def recall(self, key):
+        return self.kept.get(key)
+
+    def remember(self, key, metrics):
+        self.kept[key] = dict(metrics)
+
+
+def test_step0_probe_runs_once_for_runs_that_share_it(tmp_path, monkeypatch):
+    calls = []
+    real = trainer.run_probe
+    monkeypatch.setattr(
+        trainer, "run_probe", lambda *a: calls.append(a[1]) or real(*a)
+    )  # counts (step) and runs it
+    memo = _Memo()
+    overrides = ("steps=1", "probe.every=1", "probe.n_tasks=2")
+    trainer.run(_parts(*overrides), tmp_path / "a", JsonlSink(tmp_path / "a"), memo=memo)
+    assert calls == [0, 1] and len(memo.kept) == 1
+    # another mode starts from the same weights with the same probe: step 0 is recalled
+    trainer.run(
+        _parts(*overrides, "mode=act-only"), tmp_path / "b", JsonlSink(tmp_path / "b"), memo=memo
+    )
+    assert calls == [0, 1, 1]
+    first, second = _metrics(tmp_path / "a")[0], _metrics(tmp_path / "b")[0]
+    held = {k: v for k, v in first.items() if k.startswith("heldout/")}
+    assert held and held == {k: v for k, v in second.items() if k.startswith("heldout/")}
+    assert "perf/probe_s" in first and "perf/probe_s" not in second  # its time was spent in a
+    # other probe settings are another probe: it runs
+    trainer.run(
+        _parts(*overrides, "probe.temperature=0.5"),
+        tmp_path / "c",
+        JsonlSink(tmp_path / "c"),
+        memo=memo,
+    )
+    assert calls == [0, 1, 1, 0, 1] and len(memo.kept) == 2

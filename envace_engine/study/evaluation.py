@@ -56,6 +56,7 @@ class Policy:
     sampler: Any
     tokenizer: Any
     model: Any | None
+    bf16: bool = False  # the real NLL under bf16 autocast (``training.probe.real_nll``)
 
 
 @dataclass(frozen=True)
@@ -196,7 +197,9 @@ def _world(policy: Policy, plan: EvalPlan, rehearser: Rehearser, progress: Progr
         episodes = [
             replay_shadow(p.imagined[0], p.task, plan.suite) for p in rehearser.pooled(1, progress)
         ]
-        return judge_world(plan.tasks, episodes, policy.tokenizer, policy.model, plan.success)
+        return judge_world(
+            plan.tasks, episodes, policy.tokenizer, policy.model, plan.success, policy.bf16
+        )
     config = dataclasses.replace(
         plan.rollout,
         mode=Mode.REHEARSAL,
@@ -214,4 +217,5 @@ def _world(policy: Policy, plan: EvalPlan, rehearser: Rehearser, progress: Progr
         plan.repeats,
         plan.success,
         "fid",
+        policy.bf16,
     )

@@ -333,6 +333,26 @@ def keep_verified_eval(state: StudyState, arm: str, log: Callable[[str], None]) 
         log(f"arm {arm}: retrained weights differ or were not recorded; evaluated afresh")
 
 
+@dataclasses.dataclass
+class StartProbe:
+    """The arms' step-0 probe, run by the first arm and kept in ``study.json``: every arm
+    starts from the same checkpoint with the same seed and probe settings, so it is the same
+    probe (``training.probe.ProbeMemo``; the key says when it is not)."""
+
+    state: StudyState
+    save: Callable[[], None]
+
+    def recall(self, key: str) -> dict[str, float] | None:
+        """The kept metrics when they were measured under ``key``."""
+        kept = self.state.start_probe
+        return dict(kept["metrics"]) if kept.get("key") == key else None
+
+    def remember(self, key: str, metrics: Mapping[str, float]) -> None:
+        """Keep ``metrics`` (saved at once: a killed arm's successor reuses them)."""
+        self.state.start_probe = {"key": key, "metrics": dict(metrics)}
+        self.save()
+
+
 def train_arm(
     config: StudyConfig,
     arm: str,
@@ -359,7 +379,7 @@ def train_arm(
     try:
         with sinks.open(record.run_id, "train", cfg.model, cfg.model_dump(mode="json")) as sink:
             curves = CurveSink(sink, state, arm, save)
-            train(cfg, run_dir, curves, resume=True)
+            train(cfg, run_dir, curves, resume=True, memo=StartProbe(state, save))
     except ArmDiverged as err:
         record.status, record.reason = "failed", f"diverged: {err}"
     finally:
@@ -513,6 +533,7 @@ def load_policy(name: str, model: str, config: StudyConfig) -> Policy:
     """A checkpoint's sampler, tokenizer and (local checkpoints) transformers model."""
     from envace_engine.models import load_model, load_tokenizer, resolve
     from envace_engine.samplers import make_sampler
+    from envace_engine.training.precision import bf16_autocast
 
     spec = resolve(model)
     tokenizer = load_tokenizer(spec)
@@ -529,4 +550,5 @@ def load_policy(name: str, model: str, config: StudyConfig) -> Policy:
         prefix_cache_tokens=STUDY_EVAL_CACHE_TOKENS,
         call_cache_tokens=STUDY_EVAL_CACHE_TOKENS,
     )
-    return Policy(name, sampler, tokenizer, hf)
+    # The real NLL is scored in the precision the arms' probes score it in.
+    return Policy(name, sampler, tokenizer, hf, bf16_autocast(config.train.bf16, hf.device))

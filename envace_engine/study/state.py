@@ -97,6 +97,9 @@ class StudyState:
     status: str = "running"
     start_digest: str = ""  # sha256 of the starting checkpoint's weights (``runner.digest``)
     held: dict[str, HeldEval] = field(default_factory=dict)  # arm -> evaluation set aside
+    # The arms' shared step-0 probe of the starting checkpoint: {"key": its settings' digest
+    # (``training.probe.start_probe_key``), "metrics": {...}} once the first arm has run it.
+    start_probe: dict[str, Any] = field(default_factory=dict)
 
     def redo(self, arm: str) -> ArmState:
         """Start ``arm`` again in a new run, from the start: its curves and its evaluation go,
@@ -144,6 +147,7 @@ def from_dict(body: dict[str, Any]) -> StudyState:
         status=body.get("status", "running"),
         start_digest=body.get("start_digest", ""),
         held=held,
+        start_probe=body.get("start_probe", {}),
     )
 
 

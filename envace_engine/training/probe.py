@@ -19,9 +19,12 @@ derive from the run's seed and the step), so a run with probes trains exactly as
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import hashlib
+import json
+import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from envace_engine.config import ProbeSettings, TrainConfig
 from envace_engine.environments.base import Suite
@@ -36,6 +39,29 @@ from envace_engine.training.metrics import fidelity_metrics
 from envace_engine.types import Episode, Mode, Task
 
 NLL_BATCH = 8  # rehearse prompts scored per forward (they share the rehearse instructions)
+
+
+class ProbeMemo(Protocol):
+    """Step-0 probe results kept for other runs that start from the same weights with the same
+    probe (a study's arms), so that probe runs once. Keyed by ``start_probe_key``."""
+
+    def recall(self, key: str) -> dict[str, float] | None:
+        """The metrics remembered under ``key``, or None."""
+        ...
+
+    def remember(self, key: str, metrics: Mapping[str, float]) -> None:
+        """Keep ``metrics`` under ``key``."""
+        ...
+
+
+# What the step-0 probe depends on: it runs before the mode, baseline, loss or optimizer act.
+START_PROBE_KEYS = ("model", "sampler", "seed", "suite", "task_filter", "probe", "rollout", "bf16")
+
+
+def start_probe_key(config: TrainConfig) -> str:
+    """A digest of the settings the step-0 probe of a run with ``config`` depends on."""
+    body = config.model_dump(mode="json", include=set(START_PROBE_KEYS))
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
 def select_probe_tasks(
@@ -65,7 +91,11 @@ def run_probe(
     model: Any,
     success: RewardFn,
 ) -> dict[str, float]:
-    """All ``heldout/*`` metrics of one probe (see the module docstring)."""
+    """All ``heldout/*`` metrics of one probe (see the module docstring) and its seconds
+    (``perf/probe_s``)."""
+    from envace_engine.training.precision import bf16_autocast
+
+    started = time.perf_counter()
     p = config.probe
     r = config.rollout.episode_settings()
     r.update(temperature=p.temperature, grounded_rehearsal=False)
@@ -74,8 +104,9 @@ def run_probe(
         real_cfg, mode=Mode.REHEARSAL, seed=derive_seed(config.seed, "probe", step, 1)
     )
     real = rollout(tasks, suite, sampler, tokenizer, real_cfg, p.repeats, run_id=f"pr{step}")
+    bf16 = bf16_autocast(config.bf16, model.device)  # the real NLL as a training step scores
     world = check_world(
-        tasks, suite, sampler, tokenizer, model, imag_cfg, p.repeats, success, f"pi{step}"
+        tasks, suite, sampler, tokenizer, model, imag_cfg, p.repeats, success, f"pi{step}", bf16
     )
     by_id = {t.id: t for t in tasks}
     out = {
@@ -84,6 +115,7 @@ def run_probe(
         **{f"heldout/{k}": v for k, v in world.metrics.items()},
     }
     out["heldout/gap"] = out["heldout/success"] - out["heldout/rehearsed_success"]
+    out["perf/probe_s"] = time.perf_counter() - started
     return out
 
 
@@ -107,14 +139,16 @@ def check_world(
     repeats: int,
     success: RewardFn,
     run_id: str,
+    bf16: bool = False,
 ) -> WorldCheck:
     """A rehearsal rollout of ``tasks`` (``config``: rehearsal mode, ungrounded, with a shadow
     real environment) and everything it says about the world model. ``model`` (the policy's
-    transformers model) scores the real responses' NLL; None skips it (a served model)."""
+    transformers model) scores the real responses' NLL (``bf16``: see ``real_nll``); None skips
+    it (a served model)."""
     if config.mode is not Mode.REHEARSAL or config.grounded_rehearsal or not config.shadow_real:
         raise ValueError("check_world needs an ungrounded rehearsal rollout with a shadow env")
     episodes = rollout(tasks, suite, sampler, tokenizer, config, repeats, run_id=run_id)
-    return judge_world(tasks, episodes, tokenizer, model, success)
+    return judge_world(tasks, episodes, tokenizer, model, success, bf16)
 
 
 def judge_world(
@@ -123,13 +157,15 @@ def judge_world(
     tokenizer: Any,
     model: Any | None,
     success: RewardFn,
+    bf16: bool = False,
 ) -> WorldCheck:
     """What ungrounded rehearsal episodes of ``tasks`` whose calls carry real answers (a shadow
-    environment's, or ``rollout.shadow.replay_shadow``'s) say about the world model."""
+    environment's, or ``rollout.shadow.replay_shadow``'s) say about the world model
+    (``bf16``: see ``real_nll``)."""
     per_task = per_task_success(episodes, {t.id: t for t in tasks}, success)
     metrics = {"rehearsed_success": _mean(list(per_task.values())), **pair_metrics(episodes)}
     if model is not None:
-        nll = real_nll(model, ChatTokenizer(tokenizer), episodes)
+        nll = real_nll(model, ChatTokenizer(tokenizer), episodes, bf16)
         if nll is not None:
             metrics["real_nll"] = nll
     return WorldCheck(episodes, per_task, metrics, exact_by_task(episodes))
@@ -175,9 +211,15 @@ def pair_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     return {new: tiers[old] for old, new in names.items() if old in tiers}
 
 
-def real_nll(model: Any, chat: ChatTokenizer, episodes: Sequence[Episode]) -> float | None:
+def real_nll(
+    model: Any, chat: ChatTokenizer, episodes: Sequence[Episode], bf16: bool = False
+) -> float | None:
     """Mean NLL per token of each rehearsal's *real* result (as the world role's target text:
-    ``<execution_result>…</execution_result>`` + end of turn) after its rehearse prompt."""
+    ``<execution_result>…</execution_result>`` + end of turn) after its rehearse prompt.
+
+    ``bf16``: the forward under bf16 autocast, as a bf16 training step runs it (the log-softmax
+    stays fp32, ``logprobs.ChunkedHeadLogProb``); callers pass ``precision.bf16_autocast``'s
+    answer, so it is asked for only where bf16 GEMMs are native."""
     import torch
 
     from envace_engine.logprobs import completion_logprobs
@@ -211,7 +253,10 @@ def real_nll(model: Any, chat: ChatTokenizer, episodes: Sequence[Episode]) -> fl
     for start in range(0, len(rows), NLL_BATCH):
         chunk = rows[start : start + NLL_BATCH]
         batch = collate(chunk, [0.0] * len(chunk), pad, True)
-        with torch.inference_mode():
+        with (
+            torch.inference_mode(),
+            torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=bf16),
+        ):
             lp = completion_logprobs(
                 model,
                 batch.input_ids,

@@ -45,7 +45,12 @@ from envace_engine.training.metrics import role_advantages, step_metrics
 from envace_engine.training.optimize import optimize
 from envace_engine.training.parallel import distributed, fsdp
 from envace_engine.training.parallel.weight_sync import WeightSource, server_sampler, sync_weights
-from envace_engine.training.probe import run_probe, select_probe_tasks
+from envace_engine.training.probe import (
+    ProbeMemo,
+    run_probe,
+    select_probe_tasks,
+    start_probe_key,
+)
 from envace_engine.types import Episode, MetaKey, Mode, Role, Task, TrainRow
 
 if TYPE_CHECKING:
@@ -94,13 +99,26 @@ class Parts:
         return WeightSource(self.sampler, self.model, self.tokenizer, self.dist)
 
 
-def train(config: TrainConfig, run_dir: Path, sink: Sink | None, resume: bool = False) -> int:
+def train(
+    config: TrainConfig,
+    run_dir: Path,
+    sink: Sink | None,
+    resume: bool = False,
+    memo: ProbeMemo | None = None,
+) -> int:
     """Build everything for ``config`` and train; return the last completed step."""
-    return run(setup(config), run_dir, sink, resume)
+    return run(setup(config), run_dir, sink, resume, memo)
 
 
-def run(parts: Parts, run_dir: Path, sink: Sink | None, resume: bool = False) -> int:
-    """Train (or continue, from the newest checkpoint in ``run_dir``) to ``config.steps``."""
+def run(
+    parts: Parts,
+    run_dir: Path,
+    sink: Sink | None,
+    resume: bool = False,
+    memo: ProbeMemo | None = None,
+) -> int:
+    """Train (or continue, from the newest checkpoint in ``run_dir``) to ``config.steps``.
+    ``memo``: where the step-0 probe is looked up and kept (``probe.ProbeMemo``)."""
     config = parts.config
     state = checkpoint.TrainState(0, 0, config.model_dump(mode="json"))
     found = checkpoint.latest(run_dir) if resume else None
@@ -110,7 +128,7 @@ def run(parts: Parts, run_dir: Path, sink: Sink | None, resume: bool = False) ->
     # run starts from (fresh or restored), so step k always samples from the step-k weights.
     sync_weights(parts.weight_source(), run_dir, state.step)
     for step in range(state.step, config.steps):
-        heldout = probe(parts, step)  # before the step's rollout: the policy after `step` updates
+        heldout = probe(parts, step, memo=memo)  # before the rollout: after `step` updates
         started = time.perf_counter()
         tasks, position = next_tasks(parts, state.data_position)
         episodes, success = score(parts, tasks, roll(parts, tasks, step))
@@ -134,12 +152,20 @@ def run(parts: Parts, run_dir: Path, sink: Sink | None, resume: bool = False) ->
     return state.step
 
 
-def probe(parts: Parts, step: int, last: bool = False) -> dict[str, float]:
-    """The held-out probe's metrics when one is due at ``step`` (rank 0 only), else ``{}``."""
+def probe(
+    parts: Parts, step: int, last: bool = False, memo: ProbeMemo | None = None
+) -> dict[str, float]:
+    """The held-out probe's metrics when one is due at ``step`` (rank 0 only), else ``{}``.
+    At step 0 a ``memo`` holding this probe of these weights answers instead (its time,
+    ``perf/probe_s``, was spent by the run that measured it)."""
     every = parts.config.probe.every
     if not every or not parts.dist.is_main or (step % every and not last):
         return {}
-    return run_probe(
+    key = start_probe_key(parts.config) if memo is not None and step == 0 else None
+    kept = memo.recall(key) if memo is not None and key is not None else None
+    if kept is not None:
+        return {k: v for k, v in kept.items() if k != "perf/probe_s"}
+    out = run_probe(
         parts.config,
         step,
         parts.probe_tasks,
@@ -149,6 +175,9 @@ def probe(parts: Parts, step: int, last: bool = False) -> dict[str, float]:
         parts.model,
         parts.success,
     )
+    if memo is not None and key is not None:
+        memo.remember(key, out)
+    return out
 
 
 def setup(config: TrainConfig) -> Parts:
