@@ -136,7 +136,11 @@ class Builder:
                 "exact": fid.exact,
                 "status_agree": fid.status_agree,
                 "real_nll": fid.real_nll,
-                "rehearsed_success": self.est(list(fid.rehearsed_success.values())).as_dict(),
+                # tasks in sorted order: a reloaded study.json has them so (sort_keys), a
+                # running study in the order its episodes ended; the bootstrap must not care
+                "rehearsed_success": self.est(
+                    _values(fid.rehearsed_success, sorted(fid.rehearsed_success))
+                ).as_dict(),
             }
             if real is not None:
                 common = _common(real, fid.rehearsed_success)
