@@ -55,6 +55,11 @@ class RolloutSettings(Section):
     grounded_rehearsal: bool = Field(True, description="reference results in rehearse prompts")
     rehearse_history: bool = Field(True, description="conversation so far in rehearse prompts")
     n_examples: int = Field(2, ge=0, description="worked examples from other tasks per prompt")
+    end_on_invalid_rehearsal: bool = Field(
+        True,
+        description="a rehearsed INVALID_* error ends the episode (EnvACE's code); false: the "
+        "agent reads it as a tool message and goes on, as after a real tool's error",
+    )
     sampler_batch_size: int = Field(32, ge=1, description="prompts per HF forward batch")
     sampler_dtype: SamplerDtype = Field(
         "auto",

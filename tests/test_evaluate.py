@@ -105,6 +105,29 @@ def test_memory_gated_policy_succeeds_only_with_rehearsal(tokenizer):
     assert len(rehearsed.episodes) == 3 * 2 * 2  # committed + one imagined per task and repeat
 
 
+class SloppyPolicy(ScriptedPolicy):
+    """The reference calls with one argument their schemas do not have: the toy tools reject
+    every call with INVALID_PARAMETERS."""
+
+    def _reply(self, text: str) -> str:
+        return super()._reply(text).replace('"arguments": {', '"arguments": {"bogus": 1, ')
+
+
+def test_calls_the_real_tools_reject_are_counted(tokenizer):
+    tasks = toy_tasks(3)
+    suite = get_suite("toy")
+    reward = make_reward("state", suite)
+
+    def metrics(policy: ScriptedPolicy) -> dict[str, float]:
+        return evaluate(tasks, suite, policy, tokenizer, CONFIG, EvalConfig(), reward).metrics()
+
+    good = metrics(ScriptedPolicy(tokenizer, tasks))
+    assert good["eval/real_calls"] > 0 and good["eval/invalid_calls"] == 0.0
+    sloppy = metrics(SloppyPolicy(tokenizer, tasks))
+    assert sloppy["eval/real_calls"] == good["eval/real_calls"]
+    assert sloppy["eval/invalid_calls"] == sloppy["eval/real_calls"]
+
+
 def test_sweep_is_stored_for_the_budget_page(tokenizer, tmp_path):
     from storage import RunWriter, Store
 

@@ -201,6 +201,33 @@ def test_stop_reasons(tokenizer):
     )
 
 
+def test_a_flagged_rehearsal_can_be_a_tool_error_the_agent_answers(tokenizer):
+    """With ``end_on_invalid_rehearsal=False`` a rehearsed INVALID_* error is a tool message,
+    as a real tool's error is: the agent calls again and the episode goes on."""
+    flagged = '<execution_result>{"error": {"code": "INVALID_PARAMETERS"}}</execution_result>'
+    answers = iter([flagged])
+
+    def flags_first(prompt):
+        return next(answers, None) or world(prompt)
+
+    def retries(prompt):
+        role, content = last_message(prompt)
+        if role == "tool" and "INVALID_PARAMETERS" in content:
+            return call_text("set", key="a", value=1)
+        return good_agent(prompt)
+
+    script = both(retries, flags_first)
+    ended = _stop(script, tokenizer)
+    assert ended.stop_reason is StopReason.INVALID_REHEARSAL
+    answers = iter([flagged])
+    went_on = _stop(script, tokenizer, end_on_invalid_rehearsal=False)
+    assert went_on.stop_reason is StopReason.DONE
+    assert went_on.calls[0].rehearsed.error.code == "INVALID_PARAMETERS"
+    assert went_on.calls[1].rehearsed.value == {"ok": True}
+    tools = [s.text for s in went_on.segments if s.role is Role.TOOL]
+    assert "INVALID_PARAMETERS" in tools[0] and "INVALID_PARAMETERS" not in tools[1]
+
+
 def test_a_sampler_error_ends_only_that_episode(tokenizer):
     def agent(prompt):
         if last_message(prompt) == ("user", "Set b to 2."):

@@ -27,6 +27,8 @@ def test_table_rows_and_deltas(report):
     assert rows[("envace", "parallel N=2")]["delta"]["mean"] == pytest.approx(0.25)  # 8/8 - 6/8
     assert rows[("envace", "parallel N=2")]["rehearsal_tokens"] == 25.0  # 10 x 2 + 5 memory
     assert rows[("sft", "plain N=0")]["effect"] is None
+    assert rows[("sft", "plain N=0")]["invalid_calls"] is None  # not recorded by that study
+    assert rows[("envace", "plain N=0")]["invalid_calls"] == 0.25
     assert rows[("envace", "parallel N=2")]["effect"] in ("helps", "harmless")
 
 
@@ -45,6 +47,19 @@ def test_verdicts(report):
     assert "closed 0.667" in v["(e)"]["evidence"]
     text = markdown(report)
     assert "## Test-time rehearsal" in text and "| envace | parallel N=2 | 100.0" in text
+    lines = text.splitlines()
+    sft = next(x for x in lines if x.startswith("| sft | plain N=0 |"))
+    envace = next(x for x in lines if x.startswith("| envace | plain N=0 |"))
+    assert sft.endswith("| 1.00 | — | 5 |") and envace.endswith("| 1.00 | 0.25 | 5 |")
+
+
+def test_a_study_without_invalid_call_counts_has_no_such_column(report):
+    from studio.pages.study import table_frame
+
+    older = {**report, "table": [{**r, "invalid_calls": None} for r in report["table"]]}
+    assert "invalid calls" not in markdown(older) and "invalid calls" in markdown(report)
+    assert "invalid calls" not in table_frame(older).columns
+    assert "invalid calls" in table_frame(report).columns
 
 
 def test_rules_by_hand():
@@ -80,6 +95,8 @@ def test_study_page_reads_the_report(report, tmp_path: Path):
         assert "Measured cost so far: 0.00 h." in summary
         assert len(table) == 10 and set(table["checkpoint"]) == set(report["arms"]) | {"sft"}
         assert list(world["checkpoint"])[:2] == ["sft", "envace"]
+        invalid = table.set_index(["checkpoint", "setting"])["invalid calls"]
+        assert invalid["envace", "plain N=0"] == 0.25 and invalid.isna()["sft", "plain N=0"]
         frame = study.curve_frame(report, "heldout/fidelity_exact")
         envace = frame[frame["arm"] == "envace"].sort_values("step")
         assert envace["value"].tolist() == [0.3, 0.3, 0.3]

@@ -77,6 +77,11 @@ class RolloutConfig:
     grounded_rehearsal: bool = _D.grounded_rehearsal  # reference results in the rehearse prompt
     rehearse_history: bool = _D.rehearse_history  # the conversation so far in rehearse prompts
     n_examples: int = _D.n_examples  # worked examples from other tasks, in both prompts
+    # A rehearsed INVALID_* error ends the episode (EnvACE's code). Then the world role is
+    # rewarded for never flagging a call, and the act role for calls only the real tools
+    # reject (docs/study.md, Results); false makes the rehearsed error a tool message, as a
+    # real tool's error is.
+    end_on_invalid_rehearsal: bool = _D.end_on_invalid_rehearsal
     simulator: Sampler | None = None  # the frozen simulator (simulator mode)
     simulator_tokenizer: Any = None  # its tokenizer when it differs from the policy's
     shadow_real: bool = True  # rehearsal/simulator mode: record real answers beside them
@@ -412,7 +417,8 @@ class _Runner(TurnMixin):
             )
             return
         error = parsed.result.error
-        if rehearsing and error is not None and error.code in INVALID_CALL_CODES:
+        ends = rehearsing and self.config.end_on_invalid_rehearsal
+        if ends and error is not None and error.code in INVALID_CALL_CODES:
             live.end(StopReason.INVALID_REHEARSAL, f"{error.code}: {error.message}")
             return
         live.answered.append((call, parsed.result))

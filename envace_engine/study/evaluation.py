@@ -98,6 +98,7 @@ def result_of(setting: Setting, result: EvalResult) -> SettingResult:
         rehearsal_tokens=m["eval/rehearsal_tokens"],
         memory_tokens=m["eval/memory_tokens"],
         wall_s=result.wall_s,
+        invalid_calls=m["eval/invalid_calls"],
     )
 
 

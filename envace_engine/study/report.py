@@ -112,6 +112,7 @@ class Builder:
                     "effect": None,
                     "reward": result.reward,
                     "real_calls": result.real_calls,
+                    "invalid_calls": result.invalid_calls,
                     "rehearsal_tokens": result.rehearsal_tokens + result.memory_tokens,
                     "wall_s": result.wall_s,
                 }
@@ -386,6 +387,31 @@ def _ci(e: dict[str, float] | None, signed: bool = True) -> str:
     return f"{e['mean'] * 100:{f}} [{e['low'] * 100:{f}}, {e['high'] * 100:{f}}]"
 
 
+def _count(value: float | None) -> str:
+    """A per-episode mean to two decimals; ``—`` where the study did not record it."""
+    return "—" if value is None else f"{value:.2f}"
+
+
+def _table_lines(table: list[dict[str, Any]]) -> list[str]:
+    """The test-time table in Markdown. Its *invalid calls* column (real calls the tools
+    rejected) appears when some row has it: studies evaluated before it was counted lack it."""
+    invalid = any(r.get("invalid_calls") is not None for r in table)
+    extra = " invalid calls |" if invalid else ""
+    lines = [
+        f"| checkpoint | setting | success | Δ vs N=0 | effect | real calls |{extra} "
+        "rehearsal tokens |",
+        "|---|---|---|---|---|---|---|" + ("---|" if invalid else ""),
+    ]
+    for r in table:
+        count = f" {_count(r.get('invalid_calls'))} |" if invalid else ""
+        lines.append(
+            f"| {r['checkpoint']} | {r['setting']} | {_ci(r['success'], signed=False)} | "
+            f"{_ci(r['delta'])} | {r.get('effect') or '—'} | {r['real_calls']:.2f} |{count} "
+            f"{r['rehearsal_tokens']:.0f} |"
+        )
+    return lines
+
+
 def markdown(report: dict[str, Any]) -> str:
     """The report as Markdown: verdicts, the test-time table, the world-model table, arms."""
     lines = [f"# Study {report['study_id']} ({report['status']})", ""]
@@ -403,16 +429,7 @@ def markdown(report: dict[str, Any]) -> str:
         "",
     ]
     lines += ["## Test-time rehearsal (success %, 95 % CI over tasks)", ""]
-    lines += [
-        "| checkpoint | setting | success | Δ vs N=0 | effect | real calls | rehearsal tokens |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for r in report["table"]:
-        lines.append(
-            f"| {r['checkpoint']} | {r['setting']} | {_ci(r['success'], signed=False)} | "
-            f"{_ci(r['delta'])} | "
-            f"{r.get('effect') or '—'} | {r['real_calls']:.2f} | {r['rehearsal_tokens']:.0f} |"
-        )
+    lines += _table_lines(report["table"])
     lines += ["", "## World model (held-out, ungrounded rehearsal)", ""]
     lines += [
         "| checkpoint | exact | status agree | real NLL | success real | success rehearsed | gap |",

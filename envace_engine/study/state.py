@@ -48,6 +48,7 @@ class SettingResult:
     rehearsal_tokens: float
     memory_tokens: float
     wall_s: float
+    invalid_calls: float | None = None  # per committed episode; None in studies run before it
 
 
 @dataclass

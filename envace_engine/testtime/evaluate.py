@@ -23,6 +23,7 @@ from typing import Any
 
 from envace_engine.environments.base import Suite
 from envace_engine.rollout.loop import RolloutConfig
+from envace_engine.rollout.parsing import INVALID_CALL_CODES
 from envace_engine.samplers.base import Sampler
 from envace_engine.seeds import derive_seed
 from envace_engine.sink import Sink
@@ -90,6 +91,14 @@ class TaskResult:
     rehearsal_tokens: float
     memory_tokens: float
     real_calls: float
+    invalid_calls: float = 0.0  # real calls the tools rejected as invalid (INVALID_* codes)
+
+
+def invalid_calls(episode: Episode) -> int:
+    """Real calls of an episode that the tools rejected as invalid (``INVALID_CALL_CODES``):
+    calls only a world that never flags one lets pass."""
+    errors = (c.real.error for c in episode.calls if c.real is not None)
+    return sum(e is not None and e.code in INVALID_CALL_CODES for e in errors)
 
 
 @dataclass(frozen=True)
@@ -129,7 +138,8 @@ class EvalResult:
             f"{prefix}/select": self._is(RehearsalMode.SELECT),
             f"{prefix}/wall_s": self.wall_s,
         }
-        for name in ("act_tokens", "rehearsal_tokens", "memory_tokens", "real_calls"):
+        names = ("act_tokens", "rehearsal_tokens", "memory_tokens", "real_calls", "invalid_calls")
+        for name in names:
             out[f"{prefix}/{name}"] = sum(getattr(t, name) for t in rows) / count
         if rows:
             counts = [(t.successes, n) for t in rows]
@@ -166,6 +176,7 @@ def task_results(attempts: Sequence[Attempt], threshold: float) -> tuple[TaskRes
                 rehearsal_tokens=mean(MetaKey.REHEARSAL_TOKENS),
                 memory_tokens=mean(MetaKey.MEMORY_TOKENS),
                 real_calls=sum(len(e.calls) for e in episodes) / k,
+                invalid_calls=sum(invalid_calls(e) for e in episodes) / k,
             )
         )
     return tuple(results)

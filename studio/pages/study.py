@@ -61,6 +61,11 @@ def _pct(e: dict[str, float] | None, signed: bool = True) -> str:
     return f"{e['mean'] * 100:{f}} [{e['low'] * 100:{f}}, {e['high'] * 100:{f}}]"
 
 
+def _rounded(value: float | None) -> float | None:
+    """A per-episode mean to two decimals (None stays None: an empty cell)."""
+    return None if value is None else round(value, 2)
+
+
 def header(report: dict[str, Any] | None, run_id: str | None) -> str:
     """Markdown: what the study is, its status, and one line per claim."""
     if report is None:
@@ -92,6 +97,7 @@ def table_frame(report: dict[str, Any] | None) -> pd.DataFrame:
         "Δ vs N=0 [CI]",
         "effect",
         "real calls",
+        "invalid calls",
     ]
     if report is None or not report["table"]:
         return pd.DataFrame(columns=columns)
@@ -107,9 +113,12 @@ def table_frame(report: dict[str, Any] | None) -> pd.DataFrame:
                 "Δ vs N=0 [CI]": _pct(r["delta"]),
                 "effect": r.get("effect") or "",  # reports before effects were judged lack it
                 "real calls": round(r["real_calls"], 2),
+                "invalid calls": _rounded(r.get("invalid_calls")),
             }
         )
-    return pd.DataFrame(rows, columns=columns)
+    frame = pd.DataFrame(rows, columns=columns)
+    # real calls the tools rejected: studies evaluated before they were counted lack them
+    return frame if frame["invalid calls"].notna().any() else frame.drop(columns="invalid calls")
 
 
 def world_frame(report: dict[str, Any] | None) -> pd.DataFrame:
