@@ -324,6 +324,14 @@ class SFTConfig(Section):
         description="share of tasks whose act examples also appear with a rehearsal memory in "
         "context (and, with role 'memory', whose memory is written from an imagined attempt)",
     )
+    invalid_fraction: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="share of reference calls that also get an invalid variant (an argument "
+        "the schema lacks, a required one dropped, a wrong type) whose rehearse target is the "
+        "real environment's error (training.sft_invalid); 0 = reference calls only",
+    )
     max_steps: int = Field(100, ge=1)
     batch_size: int = Field(8, ge=1, description="sequences per step (see pack_turns)")
     pack_turns: bool = Field(

@@ -318,23 +318,37 @@ def act_samples(
     ]
 
 
-def rehearse_samples(ctx: RehearseContext) -> list[ChatSample]:
-    """One SFT sample per reference call: the rehearse prompt and its reference result."""
-    task = ctx.task
-    messages = reference_messages(task, ctx.tools)
-    samples: list[ChatSample] = []
-    for i, message in enumerate(messages):
-        if message.role != "assistant" or i + 1 >= len(messages):
-            continue
-        if messages[i + 1].role != "tool":
+@dataclass(frozen=True)
+class ReferenceCall:
+    """One call of a task's reference trajectory, where the world role meets it."""
+
+    history: tuple[Message, ...]  # the agent conversation before the reply
+    reply: str  # the assistant reply holding the call
+    call: ToolCall
+    result: Any  # the reference result (JSON)
+
+
+def reference_calls(ctx: RehearseContext) -> list[ReferenceCall]:
+    """Every reference call that has a result, in trajectory order."""
+    messages = reference_messages(ctx.task, ctx.tools)
+    found: list[ReferenceCall] = []
+    for i, message in enumerate(messages[:-1]):
+        if message.role != "assistant" or messages[i + 1].role != "tool":
             continue
         calls = parse_tool_calls(message.content).calls
-        if not calls:
-            continue
-        history = messages[1:i]
-        prompt = rehearse_messages(ctx, history, message.content, calls[0])
-        result = json.loads(messages[i + 1].content)
-        samples.append(
-            ChatSample(prompt=tuple(prompt), target=rehearse_target(result), role="rehearse")
+        if calls:
+            result = json.loads(messages[i + 1].content)
+            found.append(ReferenceCall(tuple(messages[1:i]), message.content, calls[0], result))
+    return found
+
+
+def rehearse_samples(ctx: RehearseContext) -> list[ChatSample]:
+    """One SFT sample per reference call: the rehearse prompt and its reference result."""
+    return [
+        ChatSample(
+            prompt=tuple(rehearse_messages(ctx, ref.history, ref.reply, ref.call)),
+            target=rehearse_target(ref.result),
+            role="rehearse",
         )
-    return samples
+        for ref in reference_calls(ctx)
+    ]

@@ -6,6 +6,8 @@ Examples (one per generation the policy will make at run time, "step-as-sample")
   completion: that message (a ``<tool_call>`` block, or the final answer);
 * ``rehearse`` — prompt: the rehearse chat for one reference call; completion:
   ``<execution_result>{reference result}</execution_result>``;
+* with ``invalid_fraction`` > 0, rehearse examples of invalid variants of reference calls,
+  targeting the real environment's error (``sft_invalid``);
 * with ``memory_fraction`` > 0, memory-conditioned examples (``sft_memory``): act examples of
   the same trajectory with a rehearsal memory in context, and (role ``memory``) the memory
   written from an imagined attempt — so test-time rehearsal meets a format it was trained on.
@@ -54,6 +56,7 @@ from envace_engine.rollout.prompts import (
 from envace_engine.rollout.tokens import ChatTokenizer
 from envace_engine.seeds import derive_seed
 from envace_engine.sink import Sink
+from envace_engine.training.sft_invalid import invalid_samples
 from envace_engine.training.sft_memory import memory_samples
 from envace_engine.types import Role, Task, TrainRow
 
@@ -79,8 +82,11 @@ def sft_tasks(suite: Suite, config: SFTConfig, split: str | None = None) -> list
     return tasks[: config.n_tasks]
 
 
-def task_samples(task: Task, pool: Sequence[Task], config: SFTConfig) -> list[ChatSample]:
-    """The SFT samples of one task for the configured roles, rendered as the rollout renders."""
+def task_samples(
+    task: Task, pool: Sequence[Task], config: SFTConfig, suite: Suite | None = None
+) -> list[ChatSample]:
+    """The SFT samples of one task for the configured roles, rendered as the rollout renders
+    (``suite`` answers the invalid variants of ``invalid_fraction``)."""
     r = config.rollout
     examples = pick_examples(task, pool, r.n_examples)
     tools = tuple(task.tools)
@@ -96,6 +102,9 @@ def task_samples(task: Task, pool: Sequence[Task], config: SFTConfig) -> list[Ch
             examples=examples,
         )
         samples += rehearse_samples(ctx)
+        if config.invalid_fraction > 0:
+            real = suite or get_suite(config.suite)
+            samples += invalid_samples(ctx, real, config.invalid_fraction, config.seed)
     if config.memory_fraction > 0 and _with_memory(task, config):
         samples += memory_samples(task, tools, examples, write="memory" in config.roles)
     names = ",".join(sorted(str(t.get("function", t).get("name")) for t in tools))
@@ -126,7 +135,7 @@ def all_samples(
     # The rollout draws worked examples from the train split (rollout.loop's default pool).
     pool = suite.tasks("train") if config.rollout.n_examples > 0 else []
     tasks = sft_tasks(suite, config, split)
-    samples = [s for t in tasks for s in task_samples(t, pool, config)]
+    samples = [s for t in tasks for s in task_samples(t, pool, config, suite)]
     random.Random(derive_seed(config.seed, "sft-records")).shuffle(samples)
     return samples
 

@@ -24,9 +24,12 @@ HEAD_CHUNK = 256  # completion positions projected through the LM head at a time
 
 
 def kind_of(example: Any) -> str:
-    """``act_call`` | ``act_answer`` | ``rehearse`` | ``memory``."""
+    """``act_call`` | ``act_answer`` | ``rehearse`` | ``rehearse_invalid`` (an error target:
+    ``sft_invalid``) | ``memory``."""
     if example.role == "act":
         return "act_call" if "<tool_call>" in example.target else "act_answer"
+    if example.role == "rehearse" and example.target.startswith('<execution_result>{"error"'):
+        return "rehearse_invalid"
     return str(example.role)
 
 
