@@ -77,10 +77,9 @@ class RolloutConfig:
     grounded_rehearsal: bool = _D.grounded_rehearsal  # reference results in the rehearse prompt
     rehearse_history: bool = _D.rehearse_history  # the conversation so far in rehearse prompts
     n_examples: int = _D.n_examples  # worked examples from other tasks, in both prompts
-    # A rehearsed INVALID_* error ends the episode (EnvACE's code). Then the world role is
-    # rewarded for never flagging a call, and the act role for calls only the real tools
-    # reject (docs/study.md, Results); false makes the rehearsed error a tool message, as a
-    # real tool's error is.
+    # A rehearsed INVALID_* error ends the episode (EnvACE's code): an episode ended on a
+    # correct flag scores as a failure, which GRPO holds against the world role (docs/method.md
+    # §7). False makes the rehearsed error a tool message, as a real tool's error is.
     end_on_invalid_rehearsal: bool = _D.end_on_invalid_rehearsal
     simulator: Sampler | None = None  # the frozen simulator (simulator mode)
     simulator_tokenizer: Any = None  # its tokenizer when it differs from the policy's
