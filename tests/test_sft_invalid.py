@@ -12,7 +12,7 @@ from envace_engine.config import SFTConfig, build
 from envace_engine.environments import get_suite
 from envace_engine.rollout.loop import RolloutConfig, rollout
 from envace_engine.rollout.parsing import parse_tool_calls
-from envace_engine.rollout.prompts import RehearseContext
+from envace_engine.rollout.prompts import ChatSample, RehearseContext
 from envace_engine.samplers.base import Generation, SamplingParams
 from envace_engine.training.sft import all_samples, sft_tasks
 from envace_engine.training.sft_eval import kind_of
@@ -81,6 +81,15 @@ def test_targets_are_the_real_environments_errors() -> None:
         assert result == {"error": {"code": real.error.code, "message": real.error.message}}
         assert real.error.code == "INVALID_PARAMETERS"
     assert invalid_samples(ctx, suite, 0.0, seed=0) == []
+
+
+def test_only_invalid_call_errors_count_as_invalid_rehearsals() -> None:
+    def kind(target: str) -> str:
+        return kind_of(ChatSample(prompt=(), target=target, role="rehearse"))
+
+    own = '<execution_result>{"error": "unknown item x"}</execution_result>'  # a tool's own error
+    flag = '<execution_result>{"error": {"code": "INVALID_PARAMETERS", "message": "m"}}'
+    assert kind(own) == "rehearse" and kind(flag + "</execution_result>") == "rehearse_invalid"
 
 
 def test_a_zero_fraction_leaves_the_sft_data_as_it_was() -> None:

@@ -95,8 +95,7 @@ class TaskResult:
 
 
 def invalid_calls(episode: Episode) -> int:
-    """Real calls of an episode that the tools rejected as invalid (``INVALID_CALL_CODES``):
-    calls only a world that never flags one lets pass."""
+    """Real calls of an episode that the tools rejected as invalid (``INVALID_CALL_CODES``)."""
     errors = (c.real.error for c in episode.calls if c.real is not None)
     return sum(e is not None and e.code in INVALID_CALL_CODES for e in errors)
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from envace_engine.config import SFTConfig
 from envace_engine.environments import get_suite
+from envace_engine.rollout.parsing import INVALID_CALL_CODES, parse_rehearsal
 from envace_engine.rollout.tokens import ChatTokenizer
 
 EVAL_BATCH = 16
@@ -24,13 +25,21 @@ HEAD_CHUNK = 256  # completion positions projected through the LM head at a time
 
 
 def kind_of(example: Any) -> str:
-    """``act_call`` | ``act_answer`` | ``rehearse`` | ``rehearse_invalid`` (an error target:
-    ``sft_invalid``) | ``memory``."""
+    """``act_call`` | ``act_answer`` | ``rehearse`` | ``rehearse_invalid`` (the world rules the
+    call invalid: ``sft_invalid``) | ``memory``."""
     if example.role == "act":
         return "act_call" if "<tool_call>" in example.target else "act_answer"
-    if example.role == "rehearse" and example.target.startswith('<execution_result>{"error"'):
+    if example.role == "rehearse" and _flags_invalid(example.target):
         return "rehearse_invalid"
     return str(example.role)
+
+
+def _flags_invalid(target: str) -> bool:
+    """Whether a rehearse target is an invalid-call error (a reference result that is a tool's
+    own error, ``TOOL_EXECUTION_ERROR``, stays a plain rehearsal)."""
+    result = parse_rehearsal(target).result
+    error = result.error if result is not None else None
+    return error is not None and error.code in INVALID_CALL_CODES
 
 
 def greedy_matches(
