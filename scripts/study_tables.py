@@ -84,7 +84,8 @@ def calls(runs: Path, evals: dict[str, Any]) -> dict[str, Any]:
         if record.get("fidelity_run_id") and world.is_dir():
             pairs, real, rehearsed = duckdb.sql(
                 "SELECT count(*), count(*) FILTER (real_status = 'error'), "
-                f"count(*) FILTER (rehearsed_status = 'error') FROM read_parquet('{world}/*.parquet')"
+                "count(*) FILTER (rehearsed_status = 'error') "
+                f"FROM read_parquet('{world}/*.parquet')"
             ).fetchall()[0]
             entry.update(
                 world_calls=pairs, world_real_errors=real, world_rehearsed_errors=rehearsed
