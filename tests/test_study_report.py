@@ -92,7 +92,7 @@ def test_study_page_reads_the_report(report, tmp_path: Path):
         assert study.study_runs(ctx) == ["study-demo"]
         summary, table, world, _chart = study.show(ctx, "study-demo", "held-out fidelity exact")
         assert "**met**" in summary and "(e) target" in summary
-        assert "Measured cost so far: 0.00 h." in summary
+        assert "Measured cost: 0.00 h." in summary  # a finished study
         assert len(table) == 10 and set(table["checkpoint"]) == set(report["arms"]) | {"sft"}
         assert list(world["checkpoint"])[:2] == ["sft", "envace"]
         invalid = table.set_index(["checkpoint", "setting"])["invalid calls"]
@@ -123,6 +123,9 @@ def test_costs_by_hand():
     text = markdown(build_report(config, state))
     assert "| envace | done | 40 | 0.5 | 1.0 | 20.0 |  |" in text
     assert "Evaluation minutes per checkpoint: sft 0.1" in text
+    assert "Total: 0.02 h" in text  # study_state is a finished study
+    state.status = "running"
+    assert "Total so far: 0.02 h" in markdown(build_report(config, state))
 
 
 def test_table_keeps_the_papers_order_after_a_save_and_load(tmp_path: Path):

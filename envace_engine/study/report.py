@@ -470,9 +470,10 @@ def _cost_lines(report: dict[str, Any]) -> list[str]:
     if redone:
         lines += ["", "Redone from the start in a new run: " + "; ".join(redone) + "."]
     evals = ", ".join(f"{k} {v / 60:.1f}" for k, v in costs["evals_s"].items())
+    total = "Total" if report["status"] == "done" else "Total so far"
     lines += [
         "",
-        f"Evaluation minutes per checkpoint: {evals or 'none yet'}. Total so far: "
+        f"Evaluation minutes per checkpoint: {evals or 'none yet'}. {total}: "
         f"{costs['total_h']:.2f} h (per arm the larger of wall and Σ step time).",
     ]
     return lines

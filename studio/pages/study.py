@@ -83,7 +83,8 @@ def header(report: dict[str, Any] | None, run_id: str | None) -> str:
     if failed:
         lines += ["", "Failed arms: " + "; ".join(failed)]
     if "costs" in report:  # reports written before costs were recorded lack it
-        lines += ["", f"Measured cost so far: {report['costs']['total_h']:.2f} h."]
+        so_far = "" if report.get("status") == "done" else " so far"
+        lines += ["", f"Measured cost{so_far}: {report['costs']['total_h']:.2f} h."]
     return "\n".join(lines)
 
 
