@@ -26,6 +26,8 @@ import duckdb
 
 from envace_engine.rollout.parsing import INVALID_CALL_CODES
 
+PROBE = ("success", "fidelity_exact", "real_nll")  # the held-out probe figures in the table
+
 
 def training(curves: dict[str, dict[str, dict[str, float]]]) -> dict[str, Any]:
     """The training table of each arm's curve (steps as strings, as study.json keeps them)."""
@@ -59,22 +61,18 @@ def training(curves: dict[str, dict[str, dict[str, float]]]) -> dict[str, Any]:
     return out
 
 
-PROBE = ("success", "fidelity_exact", "real_nll")
-
-
 def calls(runs: Path, evals: dict[str, Any]) -> dict[str, Any]:
     """Rejected real calls at N = 0 and errors in the world evaluation, per checkpoint."""
-    codes = sorted(INVALID_CALL_CODES)
     out = {}
     for name, record in evals.items():
-        shards = runs / record["run_id"] / "calls" / "step-000000.parquet"
-        if not shards.is_file():
+        plain = runs / record["run_id"] / "calls" / "step-000000.parquet"  # the N = 0 setting
+        if not plain.is_file():
             continue
         rows = duckdb.sql(
-            f"SELECT tool, real_error FROM read_parquet('{shards}') WHERE real_error IS NOT NULL "
+            f"SELECT tool, real_error FROM read_parquet('{plain}') WHERE real_error IS NOT NULL "
             "OR real_json IS NOT NULL"
         ).fetchall()
-        invalid = [tool for tool, code in rows if code in codes]
+        invalid = [tool for tool, code in rows if code in INVALID_CALL_CODES]
         entry: dict[str, Any] = {
             "real_calls": len(rows),
             "invalid": len(invalid),
