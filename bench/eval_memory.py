@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> dict:
     from envace_engine.samplers import make_sampler
     from envace_engine.samplers.embedded.sampler import HFSampler
     from envace_engine.study.config import StudyConfig
-    from envace_engine.study.evaluation import Policy, evaluate_settings
+    from envace_engine.study.evaluation import Policy, evaluate_settings, make_rehearser
     from envace_engine.study.runner import make_plan
 
     sets = [f"model={json.dumps(args.model)}", f"eval.n_tasks={args.n_tasks}"]
@@ -118,7 +118,8 @@ def run(args: argparse.Namespace) -> dict:
     sink = MemorySink(sampler)
     results: list[Any] = []
     began = time.perf_counter()
-    evaluate_settings(Policy("bench", sampler, tokenizer, model), plan, sink, [], results.append)
+    policy = Policy("bench", sampler, tokenizer, model)
+    evaluate_settings(policy, plan, make_rehearser(policy, plan), sink, [], results.append)
     wall = time.perf_counter() - began
     (result,) = results
     success = sum(result.success.values()) / len(result.success)
