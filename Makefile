@@ -47,7 +47,7 @@ test-fast: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 
-# envace_engine, storage and studio ([tool.mypy] in pyproject.toml).
+# envace_engine, storage, studio, bench and scripts ([tool.mypy] in pyproject.toml).
 typecheck: setup
 	$(VENV)/bin/mypy
 

@@ -30,10 +30,14 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.record import add_record_flag, record
+
+if TYPE_CHECKING:
+    from envace_engine.rollout.loop import RolloutConfig
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -73,7 +77,9 @@ def _setup(quick: bool) -> dict:
     }
 
 
-def _time(env: dict, sampler_key: str, episodes: int, config: object) -> tuple[float, float, int]:
+def _time(
+    env: dict, sampler_key: str, episodes: int, config: RolloutConfig
+) -> tuple[float, float, int]:
     """Wall and CPU seconds of one rollout of ``episodes`` imagined episodes; tokens sampled."""
     from envace_engine.rollout.loop import rollout
 
@@ -101,7 +107,12 @@ def _warm_up(env: dict) -> None:
         env[key].generate([ids, ids], SamplingParams(max_new_tokens=2, temperature=0.0))
 
 
-def _ratios(first: list[float], reuse: list[float], plain: list[float], extra: int) -> dict:
+def _column(runs: dict[str, list[tuple[float, float, int]]], key: str, i: int) -> list[float]:
+    """One clock's seconds (0: wall, 1: CPU) of one condition's reps."""
+    return [float(t[i]) for t in runs[key]]
+
+
+def _ratios(first: list[float], reuse: list[float], plain: list[float], *, extra: int) -> dict:
     """Medians and marginal-cost ratios of one clock (wall or CPU)."""
     f, r, p = statistics.median(first), statistics.median(reuse), statistics.median(plain)
     return {
@@ -115,7 +126,9 @@ def _ratios(first: list[float], reuse: list[float], plain: list[float], extra: i
     }
 
 
-def _measure(env: dict, extra: int, reps: int, config: object, sampled: bool = False) -> dict:
+def _measure(
+    env: dict, extra: int, reps: int, config: RolloutConfig, sampled: bool = False
+) -> dict:
     from dataclasses import replace
 
     runs: dict[str, list[tuple[float, float, int]]] = {"first": [], "reuse": [], "plain": []}
@@ -125,8 +138,8 @@ def _measure(env: dict, extra: int, reps: int, config: object, sampled: bool = F
         runs["first"].append(_time(env, "reuse", 1, config))  # batch of one: nothing to share
         runs["reuse"].append(_time(env, "reuse", 1 + extra, config))
         runs["plain"].append(_time(env, "plain", 1 + extra, config))
-    wall = _ratios(*([t[0] for t in runs[k]] for k in ("first", "reuse", "plain")), extra)
-    cpu = _ratios(*([t[1] for t in runs[k]] for k in ("first", "reuse", "plain")), extra)
+    wall = _ratios(*(_column(runs, k, 0) for k in ("first", "reuse", "plain")), extra=extra)
+    cpu = _ratios(*(_column(runs, k, 1) for k in ("first", "reuse", "plain")), extra=extra)
     tokens = int(statistics.median(t[2] for t in runs["first"]))
     return {**wall, **{f"cpu_{k}": v for k, v in cpu.items()}, "tokens_first_episode": tokens}
 

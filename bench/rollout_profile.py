@@ -86,7 +86,7 @@ def breakdown(events: list[tuple[str, float, int]], wall_s: float) -> dict[str, 
 
 def main() -> None:
     """Profile one engine rollout of the throughput bench's workload; print the JSON last."""
-    import child  # bench/throughput/child.py
+    import child  # type: ignore[import-not-found]  # bench/throughput/child.py
     from torch.profiler import ProfilerActivity, profile
 
     from bench.rollout_throughput import parse_args, workload

@@ -35,6 +35,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -44,11 +45,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
+if TYPE_CHECKING:
+    from envace_engine.config import SFTConfig
+
 VARIANTS = ("ours", "packed", "trl")
 STUDY_PROMPTS = {"n_examples": 0, "grounded_rehearsal": False, "rehearse_history": True}
 
 
-def _config(batch: int, steps: int) -> object:
+def _config(batch: int, steps: int) -> SFTConfig:
     from envace_engine.config import SFTConfig, build
 
     return build(

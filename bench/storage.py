@@ -84,7 +84,7 @@ def bulk_ingest(root: Path, turns: int, per_step: int) -> tuple[dict[str, list[f
     template = make_step(0, per_step, "bench")
     steps = max(1, turns // (per_step * SEGMENTS_PER_EPISODE))
     rates: dict[str, list[float]] = {"wall": [], "cpu": [], "thread": []}
-    ids = []
+    ids: list[str] = []
     for step in range(steps):
         episodes = restamp(template, step)
         n = sum(len(e.segments) for e in episodes)
@@ -111,7 +111,8 @@ def import_ingest(root: Path, turns: int) -> tuple[float, float]:
 def rowwise_ingest(sample_episodes: int) -> float:
     """Turns/s inserting segment rows one by one through SQLModel into DuckDB (in memory)."""
     engine = create_engine("duckdb:///:memory:")
-    SQLModel.metadata.create_all(engine, tables=[SegmentRow.__table__])
+    # SQLAlchemy sets __table__ on a table=True class; sqlmodel's types do not declare it.
+    SQLModel.metadata.create_all(engine, tables=[SegmentRow.__table__])  # type: ignore[attr-defined]
     episodes = make_step(0, sample_episodes, "base")
     n = 0
     t0 = time.perf_counter()

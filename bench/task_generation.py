@@ -28,12 +28,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.record import add_record_flag, record
 from envace_engine.environments import get_suite
 from envace_engine.environments.bfcl.backends import make_bfcl_env
+from envace_engine.environments.bfcl.gen import BfclGenSuite
 from envace_engine.types import Task
 
 
 def time_ours(n: int, seed: int) -> float:
     """Seconds to generate ``n`` bfcl-gen tasks (a fresh suite: no split cache involved)."""
-    suite = type(get_suite("bfcl-gen"))()
+    suite = BfclGenSuite()
     t0 = time.perf_counter()
     tasks = suite.generate(n, seed)
     elapsed = time.perf_counter() - t0

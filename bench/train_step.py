@@ -34,6 +34,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -70,7 +71,7 @@ def _rows(num_rows: int, prompt_len: int, completion_len: int, vocab: int) -> li
     return rows
 
 
-def _naive_logprobs(model, batch) -> object:
+def _naive_logprobs(model: Any, batch: Any) -> Any:
     """Full logits → log_softmax → gather: the textbook way, [B, L, V] in memory."""
     import torch
 

@@ -68,7 +68,7 @@ def calls(runs: Path, evals: dict[str, Any]) -> dict[str, Any]:
         plain = runs / record["run_id"] / "calls" / "step-000000.parquet"  # the N = 0 setting
         if not plain.is_file():
             continue
-        rows = duckdb.sql(
+        rows = duckdb.execute(
             f"SELECT tool, real_error FROM read_parquet('{plain}') WHERE real_error IS NOT NULL "
             "OR real_json IS NOT NULL"
         ).fetchall()
@@ -80,7 +80,7 @@ def calls(runs: Path, evals: dict[str, Any]) -> dict[str, Any]:
         }
         world = runs / record.get("fidelity_run_id", "") / "calls"
         if record.get("fidelity_run_id") and world.is_dir():
-            pairs, real, rehearsed = duckdb.sql(
+            pairs, real, rehearsed = duckdb.execute(
                 "SELECT count(*), count(*) FILTER (real_status = 'error'), "
                 "count(*) FILTER (rehearsed_status = 'error') "
                 f"FROM read_parquet('{world}/*.parquet')"

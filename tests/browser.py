@@ -13,8 +13,12 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Page
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
@@ -71,7 +75,7 @@ def studio_server(
 
 
 @contextlib.contextmanager
-def chromium_page() -> Iterator[object]:
+def chromium_page() -> Iterator[Page]:
     """A Playwright page in headless Debian chromium."""
     from playwright.sync_api import sync_playwright
 

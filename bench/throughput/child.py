@@ -123,7 +123,7 @@ def run(spec: dict[str, Any], around: Any = None) -> dict[str, Any]:
         from library import LibrarySampler  # type: ignore[import-not-found]
 
         if spec["dtype"] == "bfloat16":
-            model = model.to(torch.bfloat16)
+            model = model.bfloat16()
         sampler: Any = LibrarySampler(model, tokenizer, spec["library_settings"], spec["attn"])
     else:
         options = {"batch_size": spec["batch_size"], "dtype": spec["dtype"]}
