@@ -110,8 +110,11 @@ class ChunkedHeadLogProb(torch.autograd.Function):
     """``log_softmax(inv_t * (hidden @ weight.T + bias))[n, targets[n]]`` for ``hidden [N, H]``.
 
     Memory: one ``[chunk, V]`` fp32 tile at a time, plus ``N`` saved log-sum-exps. Under CPU or
-    CUDA autocast the projections run in the autocast dtype; the softmax math and the weight
-    gradient accumulate in fp32.
+    CUDA autocast the projections run in the autocast dtype, from one cast of the weight that
+    the backward reuses; the softmax math and the weight gradient accumulate in fp32, the
+    gradient by one in-place fp32 product per chunk (a low-precision product would need two
+    fresh ``[V, H]`` temporaries per chunk, which on a CPU cost more in page faults and copies
+    than the product: ``bench/train_profile.py``).
     """
 
     @staticmethod
@@ -136,14 +139,14 @@ class ChunkedHeadLogProb(torch.autograd.Function):
                 logits = _tile(hidden[s : s + chunk], w, bias, inv_t, acc)
                 lse[s : s + chunk] = torch.logsumexp(logits, dim=-1)
                 picked[s : s + chunk] = logits.gather(-1, targets[s : s + chunk, None]).squeeze(-1)
-        ctx.save_for_backward(hidden, weight, bias, targets, lse)
+        ctx.save_for_backward(hidden, weight, w, bias, targets, lse)
         ctx.inv_t, ctx.chunk, ctx.dtype, ctx.acc = inv_t, chunk, dtype, acc
         return picked - lse
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         """d logp_n / d z_nj = inv_t * (1[j = target_n] - p_nj), folded into each tile in place."""
-        hidden, weight, bias, targets, lse = ctx.saved_tensors
+        hidden, weight, w, bias, targets, lse = ctx.saved_tensors
         needs_h, needs_w, needs_b = ctx.needs_input_grad[:3]
         grad_h = torch.empty_like(hidden) if needs_h else None
         needs_b = needs_b and bias is not None
@@ -152,7 +155,6 @@ class ChunkedHeadLogProb(torch.autograd.Function):
             torch.zeros(weight.shape[0], dtype=ctx.acc, device=weight.device) if needs_b else None
         )
         with _no_autocast(hidden.device.type):
-            w = weight if ctx.dtype is None else weight.to(ctx.dtype)
             for s in range(0, hidden.shape[0], ctx.chunk):
                 h = hidden[s : s + ctx.chunk]
                 g = grad_out[s : s + ctx.chunk].to(ctx.acc)[:, None] * ctx.inv_t
@@ -161,10 +163,8 @@ class ChunkedHeadLogProb(torch.autograd.Function):
                 tile.scatter_add_(-1, targets[s : s + ctx.chunk, None], g)  # + g at the target
                 if grad_h is not None:  # needs_h
                     grad_h[s : s + ctx.chunk] = tile.to(w.dtype) @ w
-                if grad_w is not None and w.dtype == ctx.acc:  # needs_w
-                    grad_w.addmm_(tile.t(), h.to(ctx.acc))  # no [V, H] temporary per chunk
-                elif grad_w is not None:
-                    grad_w += (tile.t().to(w.dtype) @ h.to(w.dtype)).to(ctx.acc)
+                if grad_w is not None:  # needs_w: h as the forward's product saw it
+                    grad_w.addmm_(tile.t(), h.to(w.dtype).to(ctx.acc))  # in place, fp32
                 if grad_b is not None:  # needs_b
                     grad_b += tile.sum(0)
         return (

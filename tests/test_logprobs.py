@@ -111,6 +111,33 @@ def test_bf16_autocast_is_close_to_fp32(tiny_model):
     torch.testing.assert_close(bf16, fp32, atol=0.1, rtol=0.02)
 
 
+def test_bf16_head_gradients_are_those_of_its_bf16_forward():
+    """Under bf16 autocast the head's values and gradients are those of the function its
+    forward computes (bf16 hidden and weight, a bf16 product, fp32 softmax), the weight
+    gradient accumulated in fp32 over chunks; the reference is that math in fp64."""
+    g = torch.Generator().manual_seed(0)
+    n, width, vocab, inv_t = 11, 16, 40, 1.0 / 0.7
+    hidden = torch.randn(n, width, generator=g, requires_grad=True)
+    weight = torch.randn(vocab, width, generator=g, requires_grad=True)
+    targets = torch.randint(0, vocab, (n,), generator=g)
+    upstream = torch.randn(n, generator=g)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = ChunkedHeadLogProb.apply(hidden, weight, None, targets, inv_t, 4)
+    (out * upstream).sum().backward()
+    hb, wb = hidden.detach().bfloat16(), weight.detach().bfloat16()
+    logits = (hb @ wb.t()).double() * inv_t  # the forward's product, rounded to bf16
+    ref = torch.log_softmax(logits, -1).gather(-1, targets[:, None]).squeeze(-1)
+    onehot = torch.nn.functional.one_hot(targets, vocab).double()
+    dlogits = upstream.double()[:, None] * (onehot - torch.softmax(logits, -1)) * inv_t
+    torch.testing.assert_close(out.double(), ref, atol=1e-5, rtol=1e-5)
+    assert weight.grad is not None and weight.grad.dtype == torch.float32
+    expected = dlogits.t() @ hb.double()
+    torch.testing.assert_close(weight.grad.double(), expected, atol=1e-5, rtol=1e-4)
+    # the hidden gradient's product runs in bf16 (the tile is cast to the weight's dtype)
+    assert hidden.grad is not None
+    torch.testing.assert_close(hidden.grad.double(), dlogits @ wb.double(), atol=2e-2, rtol=2e-2)
+
+
 def test_all_masked_batch_gives_zeros_and_a_finite_gradient(tiny_model):
     ids, att, _ = _batch(tiny_model.config.vocab_size)
     out = completion_logprobs(tiny_model, ids, att, torch.zeros(ids.shape))
