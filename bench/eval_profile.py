@@ -16,7 +16,8 @@ for each piece before the setting that first needs it, so each piece is timed on
 Per phase: ``wall_s``, the prompt tokens the sampler ran through the model (``prefilled``,
 after prefix reuse) and the tokens it sampled (``generated``); ``share`` is each phase's part
 of ``total_s``. The evaluation itself is the study's, so ``total_s`` is comparable with a
-study's evaluation minutes (model loading excluded). The last line is one JSON object.
+study's evaluation minutes (model loading excluded; episodes go to a temporary JSON Lines sink
+where the study writes Parquet runs). The last line is one JSON object.
 ``--quick``: the ``tiny`` model, 4 tasks x 1 repeat (the plumbing, not the figures).
 """
 
@@ -32,20 +33,23 @@ import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.record import add_record_flag, record
+
+if TYPE_CHECKING:
+    from envace_engine.samplers.embedded.sampler import HFSampler
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 class Meter:
-    """Wall time and the sampler's prefill / sample counters around each phase."""
+    """Wall time and the embedded sampler's prefill / sample counters around each phase."""
 
-    def __init__(self, sampler: Any) -> None:
+    def __init__(self, sampler: HFSampler) -> None:
         self.sampler = sampler
         self.phases: dict[str, dict[str, float]] = {}
 
@@ -86,6 +90,7 @@ def imagination(rehearser: Any, settings: Any, meter: Meter) -> None:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Profile one checkpoint's evaluation; the figures."""
     from envace_engine.config import load
+    from envace_engine.samplers.embedded.sampler import HFSampler
     from envace_engine.sink import JsonlSink
     from envace_engine.study.config import StudyConfig
     from envace_engine.study.evaluation import (
@@ -99,13 +104,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     config = load(StudyConfig, args.config, [*sets, f"eval.repeats={args.repeats}"])
     plan = make_plan(config)
     policy = load_policy("bench", config.model, config)
-    meter = Meter(policy.sampler)
+    sampler = policy.sampler
+    if not isinstance(sampler, HFSampler):
+        raise SystemExit(f"--model {args.model}: the bench profiles the embedded sampler only")
+    meter = Meter(sampler)
     rehearser = make_rehearser(policy, plan)
     began = time.perf_counter()
     imagination(rehearser, plan.settings, meter)
     successes: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        sink = JsonlSink(Path(tmp) / "episodes.jsonl")
+        sink = JsonlSink(tmp)  # the study stores Parquet runs instead
         for setting in plan.settings:
             one = dataclasses.replace(plan, settings=(setting,))
 
@@ -121,7 +129,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "quick": args.quick,
         "tasks": len(plan.tasks),
         "repeats": plan.repeats,
-        "compute_dtype": getattr(policy.sampler, "compute_dtype", None),
+        "compute_dtype": sampler.compute_dtype,
         "total_s": round(total, 1),
         "phases": meter.phases,
         "share": {k: round(v["wall_s"] / total, 3) for k, v in meter.phases.items()},

@@ -140,7 +140,7 @@ class ChunkedHeadLogProb(torch.autograd.Function):
                 lse[s : s + chunk] = torch.logsumexp(logits, dim=-1)
                 picked[s : s + chunk] = logits.gather(-1, targets[s : s + chunk, None]).squeeze(-1)
         ctx.save_for_backward(hidden, weight, w, bias, targets, lse)
-        ctx.inv_t, ctx.chunk, ctx.dtype, ctx.acc = inv_t, chunk, dtype, acc
+        ctx.inv_t, ctx.chunk, ctx.acc = inv_t, chunk, acc  # w carries the compute dtype
         return picked - lse
 
     @staticmethod
