@@ -162,7 +162,7 @@ CHILD_FLAGS = ("config", "model", "setting", "n_tasks", "repeats", "slots", "cac
 
 def main() -> None:
     """Parse flags, evaluate each variant in its own process, print the JSON last."""
-    from envace_engine.study.runner import STUDY_EVAL_CACHE_TOKENS, STUDY_EVAL_SLOTS
+    from envace_engine.config import EVAL_BATCH_SIZE, EVAL_CACHE_TOKENS
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny model, 4 tasks, parallel N=1")
@@ -171,11 +171,11 @@ def main() -> None:
     parser.add_argument("--setting", default="sequential N=2", help="the setting's label")
     parser.add_argument("--n-tasks", type=int, default=64, help="held-out tasks")
     parser.add_argument("--repeats", type=int, default=2, help="repeats per task")
-    parser.add_argument("--slots", type=int, default=STUDY_EVAL_SLOTS, help="decode slots")
+    parser.add_argument("--slots", type=int, default=EVAL_BATCH_SIZE, help="decode slots")
     parser.add_argument(
         "--cache-tokens",
         type=int,
-        default=STUDY_EVAL_CACHE_TOKENS,
+        default=EVAL_CACHE_TOKENS,
         help="prefix cache budget (between calls; also during calls in the bounded variant)",
     )
     parser.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)

@@ -83,8 +83,15 @@ EVAL_TEMPERATURE = 0.7
 """Sampling temperature of evaluations and sweeps (training samples at
 ``ROLLOUT_DEFAULTS.temperature``)."""
 
-EVAL_BATCH_SIZE = 16
-"""Prompts per forward batch of an evaluation's embedded sampler."""
+EVAL_BATCH_SIZE = 64
+"""Decode slots of an evaluation's embedded sampler (``envace eval``, ``sweep``, ``study``):
+64 tasks x 2 repeats decode in two waves of full batches."""
+
+EVAL_CACHE_TOKENS = 65536
+"""Prefix-cache tokens an evaluation's embedded sampler keeps, also while a rollout runs
+(``HFSampler``'s ``prefix_cache_tokens`` and ``call_cache_tokens``): an evaluation is one long
+decode session per rollout, and a cache evicting only when a session ends grew to 144k tokens
+(6.2 GB) with a 20.5 GB peak (``bench/eval_memory.py``; docs/samplers.md)."""
 
 
 # experiment trackers a run can also log its metrics to (``envace_engine.tracking``)

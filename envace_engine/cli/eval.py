@@ -24,7 +24,13 @@ from envace_engine.cli.users import (
     UserTempOpt,
     UserTokensOpt,
 )
-from envace_engine.config import EVAL_BATCH_SIZE, EVAL_TEMPERATURE, ReportTo, SamplerDtype
+from envace_engine.config import (
+    EVAL_BATCH_SIZE,
+    EVAL_CACHE_TOKENS,
+    EVAL_TEMPERATURE,
+    ReportTo,
+    SamplerDtype,
+)
 from envace_engine.config import ROLLOUT_DEFAULTS as _D
 from envace_engine.samplers.base import TokenCounting
 from envace_engine.testtime.memory import MemoryConfig
@@ -130,7 +136,8 @@ class CheckpointMeter:
 
 def _checkpoints(models: Sequence[str], batch_size: int, dtype: SamplerDtype) -> Iterator[Any]:
     """Load each model when its turn comes (one in memory at a time); ``batch_size`` and
-    ``dtype`` configure embedded samplers."""
+    ``dtype`` configure embedded samplers, whose prefix cache is held to ``EVAL_CACHE_TOKENS``
+    during rollouts too, as the study's evaluations hold it."""
     from envace_engine.models import ModelError, load_tokenizer, resolve
     from envace_engine.samplers import make_sampler
     from envace_engine.testtime.evaluate import Checkpoint
@@ -139,7 +146,12 @@ def _checkpoints(models: Sequence[str], batch_size: int, dtype: SamplerDtype) ->
         spec = resolve(name)
         tokenizer = load_tokenizer(spec)
         try:
-            sampler = make_sampler(spec, tokenizer=tokenizer, batch_size=batch_size, dtype=dtype)
+            bound = EVAL_CACHE_TOKENS
+            cache: dict[str, Any] = {"prefix_cache_tokens": bound, "call_cache_tokens": bound}
+            options = cache if spec.kind == "hf" else {}
+            sampler = make_sampler(
+                spec, tokenizer=tokenizer, batch_size=batch_size, dtype=dtype, **options
+            )
         except ModelError as err:
             raise typer.BadParameter(str(err), param_hint="--dtype") from err
         yield Checkpoint(name, sampler, tokenizer)

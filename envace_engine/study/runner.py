@@ -26,6 +26,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from envace_engine.config import EVAL_BATCH_SIZE, EVAL_CACHE_TOKENS
 from envace_engine.environments import get_suite
 from envace_engine.rollout.loop import RolloutConfig
 from envace_engine.rollout.rewards import state_reward
@@ -68,12 +69,6 @@ CURVE_METRICS = (
 
 
 Arm = TypeVar("Arm", bound=str)  # an arm name (config.ArmName in a study)
-
-STUDY_EVAL_SLOTS = 64  # decode slots of an evaluation's sampler: 64 tasks x 2 repeats at once
-# Prefix-cache tokens an evaluation's sampler keeps, also while a rollout runs: an evaluation
-# is one long decode session per rollout, and a cache evicting only when a session ends grew
-# to 144k tokens (6.2 GB) with a 20.5 GB peak (bench/eval_memory.py; docs/samplers.md).
-STUDY_EVAL_CACHE_TOKENS = 65536
 
 
 class RunSinks(Protocol):
@@ -545,10 +540,10 @@ def load_policy(name: str, model: str, config: StudyConfig) -> Policy:
         spec,
         model=hf,
         tokenizer=tokenizer,
-        batch_size=STUDY_EVAL_SLOTS,
+        batch_size=EVAL_BATCH_SIZE,
         dtype=dtype,
-        prefix_cache_tokens=STUDY_EVAL_CACHE_TOKENS,
-        call_cache_tokens=STUDY_EVAL_CACHE_TOKENS,
+        prefix_cache_tokens=EVAL_CACHE_TOKENS,
+        call_cache_tokens=EVAL_CACHE_TOKENS,
     )
     # The real NLL is scored in the precision the arms' probes score it in.
     return Policy(name, sampler, tokenizer, hf, bf16_autocast(config.train.bf16, hf.device))
