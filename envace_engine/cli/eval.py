@@ -11,7 +11,7 @@ import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -34,6 +34,9 @@ from envace_engine.config import (
 from envace_engine.config import ROLLOUT_DEFAULTS as _D
 from envace_engine.samplers.base import TokenCounting
 from envace_engine.testtime.memory import MemoryConfig
+
+if TYPE_CHECKING:
+    from envace_engine.models import ModelSpec
 
 _MEMORY_TOKENS = MemoryConfig().max_new_tokens
 
@@ -146,15 +149,19 @@ def _checkpoints(models: Sequence[str], batch_size: int, dtype: SamplerDtype) ->
         spec = resolve(name)
         tokenizer = load_tokenizer(spec)
         try:
-            bound = EVAL_CACHE_TOKENS
-            cache: dict[str, Any] = {"prefix_cache_tokens": bound, "call_cache_tokens": bound}
-            options = cache if spec.kind == "hf" else {}
             sampler = make_sampler(
-                spec, tokenizer=tokenizer, batch_size=batch_size, dtype=dtype, **options
+                spec, tokenizer=tokenizer, batch_size=batch_size, dtype=dtype, **_cache(spec)
             )
         except ModelError as err:
             raise typer.BadParameter(str(err), param_hint="--dtype") from err
         yield Checkpoint(name, sampler, tokenizer)
+
+
+def _cache(spec: ModelSpec) -> dict[str, Any]:
+    """An embedded sampler's prefix-cache bound, between calls and during them (a server
+    keeps its own cache)."""
+    bound = EVAL_CACHE_TOKENS
+    return {"prefix_cache_tokens": bound, "call_cache_tokens": bound} if spec.kind == "hf" else {}
 
 
 def open_writer(
