@@ -41,9 +41,8 @@ from envace_engine.types import Episode, Mode, Task
 # Padded tokens per real-NLL forward. Rows are grouped by shared prompt prefix
 # (``batching.micro_batches(share_prefix=True)``): the rehearse prompts of one task share the
 # instructions, tools and the conversation's start, which then run once per group. Against
-# fixed groups of 8 sorted rows, on the study SFT checkpoint's world evaluation of 16 tasks x 2:
-# 26 % fewer forward tokens, and ``bench/eval_profile.py``'s ``world`` phase (this forward,
-# nearly all of it) 18.9 -> 14.5 s.
+# fixed groups of 8 sorted rows, on the study SFT checkpoint's world evaluation of 16 tasks x 2,
+# ``bench/eval_profile.py``'s ``world`` phase (nearly all of it this forward) 18.9 -> 14.5 s.
 NLL_TOKENS = 4096
 
 
