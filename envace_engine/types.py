@@ -107,11 +107,14 @@ class TaskKey:
     """Keys of ``Task.meta`` that code outside the suite reads (plain strings: meta is JSON).
 
     ``POLICY``: a domain policy the agent gets in its system message (τ²). ``USER_SYSTEM``: the
-    system prompt of a simulated user (τ²: guidelines plus the task's scenario).
+    system prompt of a simulated user (τ²: guidelines plus the task's scenario). ``MEMORY``: the
+    rehearsal-memory block the task's context text ends with (``memory_prompts.with_memory``),
+    which the world role's prompt leaves out (``prompts.rehearse_messages``).
     """
 
     POLICY = "policy"
     USER_SYSTEM = "user_system"
+    MEMORY = "rehearsal_memory"
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+from envace_engine.rollout.memory_prompts import MEMORY_HEADER, with_memory
 from envace_engine.rollout.parsing import parse_rehearsal, parse_tool_calls
 from envace_engine.rollout.prompts import (
     Message,
@@ -9,6 +12,7 @@ from envace_engine.rollout.prompts import (
     act_messages,
     act_samples,
     assistant_text,
+    conversation_head,
     pick_examples,
     reference_messages,
     rehearse_messages,
@@ -81,6 +85,28 @@ def test_rehearse_prompt_sections_and_switches():
     with_examples = RehearseContext(tools=TOOLS, task=task, examples=(TASKS[1],))
     roles = [m.role for m in rehearse_messages(with_examples, history, "r", call)]
     assert roles == ["system", "user", "assistant", "user", "assistant", "user"]
+
+
+def test_the_world_role_never_reads_the_rehearsal_memory():
+    """A task with a memory gives the agent's history a memory block; the world role's prompt
+    is the one the same conversation gives without it, with or without the task's own context
+    text, and in the simulated-user opening (the context as a message of its own)."""
+    call = ToolCall("set", {"key": "a", "value": 1})
+    note = "Plan: set a, then answer 1."
+    for context in ("The store holds a=0.", ""):
+        plain = dataclasses.replace(TASKS[0], system=context)
+        remembered = with_memory(plain, note)
+        openings = [(act_messages(t, TOOLS)[1:], t) for t in (plain, remembered)] + [
+            (conversation_head(t, TOOLS, "Hi!")[1:], t) for t in (plain, remembered)
+        ]
+        prompts = []
+        for history, task in openings:
+            assert (note in "".join(m.content for m in history)) == (task is remembered)
+            ctx = RehearseContext(tools=TOOLS, task=task, grounded=False)
+            prompts.append(rehearse_messages(ctx, history, "r", call))
+        assert prompts[0] == prompts[1] and prompts[2] == prompts[3]
+        assert note not in prompts[1][1].content and note not in prompts[3][1].content
+        assert MEMORY_HEADER not in prompts[1][1].content
 
 
 def test_reference_trajectory_and_sft_samples():

@@ -208,6 +208,26 @@ def test_token_accounting_adds_up(tokenizer):
     assert PLAN_MARK in attempt.imagined[1].meta["memory_before"]
 
 
+def test_sequential_rehearsal_keeps_the_memory_from_the_world_role(tokenizer):
+    """Round 2's agent reads memory 1; its world role answers from the conversation without
+    it (the prompt a memory-free episode's world role gets), so an imagined world cannot repeat
+    what the first imagined episode made up."""
+    tasks = toy_tasks(1)
+    policy = ScriptedPolicy(tokenizer, tasks)
+    rehearsal = RehearsalConfig(budget=2, mode="sequential")
+    run_with_rehearsal(tasks, get_suite("toy"), policy, tokenizer, CONFIG, rehearsal, run_id="t")
+    world = [p for p in policy.prompts if "precise tool simulator" in p]
+    act = [
+        p
+        for p in policy.prompts
+        if "precise tool simulator" not in p and "Write the rehearsal memory now." not in p
+    ]
+    assert len(world) >= 2  # both rounds rehearsed calls
+    assert any(PLAN_MARK in p for p in act)  # round 2 and the commit act with the memory
+    assert not any(PLAN_MARK in p or MEMORY_HEADER in p for p in world)
+    assert len(set(world)) < len(world)  # round 2's world prompts are round 1's
+
+
 def test_budget_zero_is_plain_execution(tokenizer):
     tasks = toy_tasks(2)
     suite = CountingSuite(get_suite("toy"))

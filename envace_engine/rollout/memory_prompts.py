@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 
 from envace_engine.rollout.parsing import result_to_json
 from envace_engine.rollout.prompts import Message, dumps
-from envace_engine.types import Episode, Task, ToolCall, ToolResult
+from envace_engine.types import Episode, Task, TaskKey, ToolCall, ToolResult
 
 MEMORY_SYSTEM = """\
 You just rehearsed a task privately, in your imagination: every tool result below was imagined \
@@ -92,9 +92,11 @@ def memory_messages(
 
 def with_memory(task: Task, memory: str) -> Task:
     """A copy of ``task`` whose context text (``Task.system``) ends with the memory block
-    (``task`` itself when the memory is empty)."""
+    (``task`` itself when the memory is empty). The block is also kept in ``meta``
+    (``TaskKey.MEMORY``) so the world role's prompt can leave it out: the memory is the agent's
+    private note, which no environment reads."""
     if not memory.strip():
         return task
     block = f"{MEMORY_HEADER}\n{memory.strip()}"
     system = f"{task.system.strip()}\n\n{block}" if task.system.strip() else block
-    return replace(task, system=system)
+    return replace(task, system=system, meta={**task.meta, TaskKey.MEMORY: block})

@@ -211,8 +211,29 @@ def conversation_head(
     return [*messages, Message("assistant", greeting)]
 
 
-def _history_text(history: Sequence[Message]) -> str:
-    return "\n".join(f"{m.role}: {m.content}" for m in history if m.role != "system")
+def _history_text(history: Sequence[Message], private: str = "") -> str:
+    """The conversation as the world role reads it: without the system message, and without
+    the rehearsal-memory block ``private`` (``TaskKey.MEMORY``). The memory is the agent's
+    private note: no environment reads it, the world role never meets one in training, and a
+    world that did would repeat what an earlier imagined episode made up."""
+    lines = []
+    for m in history:
+        if m.role == "system":
+            continue
+        content = _without(m.content, private) if private else m.content
+        if content or not m.content:  # a message that held only the memory goes
+            lines.append(f"{m.role}: {content}")
+    return "\n".join(lines)
+
+
+def _without(text: str, block: str) -> str:
+    """``text`` less ``block`` as ``with_memory`` and ``first_user_text`` join them: after the
+    task's own context (blank line before it) or opening the text (blank line after it)."""
+    if f"\n\n{block}" in text:
+        return text.replace(f"\n\n{block}", "", 1)
+    if text.startswith(block):
+        return text[len(block) :].removeprefix("\n\n")
+    return text
 
 
 def _to_simulate(tools: Sequence[dict[str, Any]], call: ToolCall) -> str:
@@ -268,7 +289,8 @@ def rehearse_messages(
     between them as short (call, ``<execution_result>``) turns: the untrained 135M model never
     writes the result tag without having seen itself write it.
 
-    ``history`` is the agent conversation before the latest reply; ``earlier`` are the calls
+    ``history`` is the agent conversation before the latest reply, shown without a rehearsal
+    memory the task carries (``_history_text``); ``earlier`` are the calls
     of the same reply already answered (results of one reply are appended after the last call,
     so the world must see them here to stay consistent).
     """
@@ -283,7 +305,8 @@ def rehearse_messages(
         ]
         parts.append("Reference calls and results for this task:\n" + "\n".join(refs))
     if ctx.with_history and history:
-        parts.append("Conversation so far:\n" + _history_text(history))
+        private = str(ctx.task.meta.get(TaskKey.MEMORY, ""))
+        parts.append("Conversation so far:\n" + _history_text(history, private))
     parts.append("Latest assistant reply:\n" + latest_reply.strip())
     for prev, result in earlier:
         parts.append(
