@@ -22,7 +22,9 @@ VOLATILE = ("wall_s", "seconds", "perf/", "costs")
 
 
 def _study(home: Path, *args: str) -> subprocess.Popen:
-    env = {**os.environ, "ENVACE_HOME": str(home)}
+    # one thread per process in every run, so that a study in lanes (one thread per lane on
+    # the 2-core machine) computes what the sequential study computes
+    env = {**os.environ, "ENVACE_HOME": str(home), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "envace_engine.cli", "study", *args]
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
@@ -103,11 +105,7 @@ def test_tiny_study_runs_every_arm_and_a_killed_study_resumes_to_the_same_report
     # (the study has already moved to a fresh process once), then resume
     proc = _study(broken, "--config", str(TINY), "--set", sft)
     state = broken / "runs" / "study-tiny" / "study.json"
-    deadline = time.time() + 300
-    while time.time() < deadline:
-        if state.is_file() and json.loads(state.read_text())["arms"]["envace"]["steps_done"] >= 1:
-            break
-        time.sleep(0.2)
+    _wait_for_a_step(state)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     resumed = _study(broken, "--resume", "study-tiny")
@@ -121,6 +119,49 @@ def test_tiny_study_runs_every_arm_and_a_killed_study_resumes_to_the_same_report
         assert manifest["config"]["rollout"]["grounded_rehearsal"] is False, arm
     # the killed process's time was banked step by step, not lost with it
     assert all(a["seconds"] > 0 for a in _report(broken)["arms"].values())
+
+    _lanes_killed_and_resumed(tmp_path / "lanes", sft, report)
+
+
+def _lanes_killed_and_resumed(home: Path, sft: str, expected: dict) -> None:
+    """The study in two lanes: kill -9 its supervisor once the first arm has a step (its lanes
+    die with it), resume: the same report as the sequential study."""
+    proc = _study(home, "--config", str(TINY), "--set", sft, "--set", "lanes=2")
+    state = home / "runs" / "study-tiny" / "study.json"
+    _wait_for_a_step(state)
+    claims = json.loads(state.read_text())["claims"]
+    assert len(claims) == 2, claims  # two lanes at work
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.time() + 30
+    while time.time() < deadline and any(_alive(pid) for pid in claims.values()):
+        time.sleep(0.2)
+    assert not any(_alive(pid) for pid in claims.values())  # the lanes died with it
+    resumed = _study(home, "--resume", "study-tiny")
+    log = resumed.communicate(timeout=600)[0].decode()
+    assert resumed.returncode == 0, log[-3000:]
+    assert "lanes: 2 processes of 1 thread(s) each" in log
+    assert "was cut off; it continues from its last record" in log
+    report = _report(home)
+    assert _stable(report) == _stable(expected)
+    assert report["costs"]["lanes"] == 2 and report["costs"]["wall_h"] > 0
+
+
+def _wait_for_a_step(state: Path) -> None:
+    """Until the first arm has recorded a step in ``state`` (study.json), for up to 5 min."""
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        if state.is_file() and json.loads(state.read_text())["arms"]["envace"]["steps_done"] >= 1:
+            return
+        time.sleep(0.2)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def _assert_each_arm_evaluated_before_the_next_trains(log: str) -> None:

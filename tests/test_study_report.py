@@ -81,6 +81,21 @@ def test_missing_arms_are_not_run():
     assert {v["verdict"] for v in report["verdicts"]} == {"not run"}
 
 
+def test_a_study_run_in_lanes_reports_its_wall_time_beside_the_units_total():
+    config = build(StudyConfig, {"model": "tiny", "lanes": 2})
+    state = StudyState("s", wall_s=5400.0)
+    report = build_report(config, state)
+    assert report["costs"]["lanes"] == 2 and report["costs"]["wall_h"] == 1.5
+    assert "Run in 2 lanes (units side by side" in markdown(report)
+    assert "1.50 h from start to now." in markdown(report)
+    alone = build_report(build(StudyConfig, {"model": "tiny"}), state)
+    assert "lanes" not in markdown(alone).split("## Arms and cost")[1]
+    from studio.pages import study
+
+    assert "Run in 2 lanes: 1.50 h wall time." in study.header(report, "s")
+    assert "lanes" not in study.header(alone, "s")
+
+
 def test_study_page_reads_the_report(report, tmp_path: Path):
     from studio.auth import AuthPolicy
     from studio.context import Studio

@@ -10,7 +10,9 @@ unit the process saves the study and ``exec``s ``envace study --resume <folder>`
 supervisor's signals and ``kill`` still reach it). On the 2-core EPYC, one evaluation setting of
 the same checkpoint took 472 s in the process that had just trained the arm and 334 s in a fresh
 process, with identical results (docs/study.md, *Cost*); arms trained after other units ran
-slower too. ``--one-process`` keeps every unit in one process.
+slower too. ``--one-process`` keeps every unit in one process. With ``lanes`` > 1 this
+process supervises that many lane processes (``--lane``, each also a fresh image per unit),
+which run units side by side (``study.lanes``).
 The arms and evaluations are runs of their own (``<study>--<arm>``, ``<study>--eval-<name>``,
 ``<study>--fidelity-<name>``), written through ``storage``'s run writers, so the studio shows
 each of them too.
@@ -56,6 +58,12 @@ OneProcessOpt = Annotated[
 ]
 
 
+LaneOpt = Annotated[
+    bool,
+    typer.Option("--lane", hidden=True, help="run as one lane of a study (study.lanes)"),
+]
+
+
 class WriterSinks:
     """``study.runner.RunSinks`` on ``storage.shards.RunWriter`` runs under one data folder."""
 
@@ -95,8 +103,8 @@ def _study_config(
     config: Path | None, resume: str | None, overrides: list[str]
 ) -> tuple[Any, Path | None]:
     """The validated config, and the study folder when resuming. On resume, ``--set`` may change
-    only ``[eval]`` (``RESUMABLE``: the arms share every other setting); the change is recorded
-    in the study's run.json, so later resumes and the report see it."""
+    only ``[eval]`` and ``lanes`` (``RESUMABLE``: the arms share every other setting); the
+    change is recorded in the study's run.json, so later resumes and the report see it."""
     from envace_engine.study.config import RESUMABLE, StudyConfig
     from storage.layout import read_manifest, rewrite_config, run_dir
 
@@ -123,7 +131,8 @@ def _study_config(
     if fixed:
         raise ConfigError(
             f"--resume {resume} --set {', '.join(fixed)}: a resumed study keeps the settings its "
-            "arms were trained with; only eval.* may change (or start a new study with --config)"
+            "arms were trained with; only eval.* and lanes may change (or start a new study "
+            "with --config)"
         )
     data = build(StudyConfig, manifest.config, overrides)
     if overrides:
@@ -139,6 +148,7 @@ def study(
     overrides: SetOpt = None,
     redo: RedoOpt = None,
     one_process: OneProcessOpt = False,
+    lane: LaneOpt = False,
 ) -> None:
     """Run (or --resume) the study of a config; see `envace study report` for its report."""
     if ctx.invoked_subcommand is not None:
@@ -151,6 +161,9 @@ def study(
         cfg, folder = _study_config(config, resume, overrides or [])
     except (ConfigError, ValueError) as err:
         raise typer.BadParameter(str(err), param_hint="--config/--resume/--set") from err
+    if lane:
+        _lane(cfg, folder)
+        return
     if redo and folder is None:
         raise typer.BadParameter("--redo ARM continues a study: pass --resume RUN with it")
     if redo and folder is not None:  # before the study's writer opens: a bad name marks nothing
@@ -182,10 +195,47 @@ def study(
 
     sinks = WriterSinks(root, cfg.suite, cfg.report_to)
     with writer:
-        state = run_study(cfg, writer.path, sinks, log, units=None if one_process else 1)
-        if state.status != "done":
-            _continue_fresh(writer)
+        if cfg.lanes > 1 and not one_process:
+            _supervise(cfg, writer, sinks, log)
+        else:
+            state = run_study(cfg, writer.path, sinks, log, units=None if one_process else 1)
+            if state.status != "done":
+                _continue_fresh(writer)
     typer.echo(f"study {writer.run_id}: report in {writer.path}/report.md")
+
+
+def _lane_argv(folder: Path) -> list[str]:
+    return [sys.executable, "-m", "envace_engine.cli", "study", "--resume", str(folder), "--lane"]
+
+
+def _supervise(cfg: Any, writer: Any, sinks: WriterSinks, log: Any) -> None:
+    """Run the study in ``cfg.lanes`` lane processes (``study.lanes``)."""
+    from envace_engine.study.lanes import LanesError, supervise
+
+    try:
+        supervise(cfg, writer.path, _lane_argv(writer.path), log, sinks, writer.progress)
+    except LanesError as err:
+        raise typer.BadParameter(str(err), param_hint="lanes") from err
+
+
+def _lane(cfg: Any, folder: Path | None) -> None:
+    """One lane of a study that runs in lanes: claim a unit, run it, go on in a fresh image."""
+    from envace_engine.study.lanes import lane_main
+
+    if folder is None:
+        raise typer.BadParameter("--lane runs inside a study: pass --resume RUN with it")
+    pid = os.getpid()
+
+    def log(message: str) -> None:
+        typer.echo(f"[lane {pid}] {message}")
+
+    def fresh() -> NoReturn:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execv(sys.executable, _lane_argv(folder))
+
+    sinks = WriterSinks(data_root(cfg.root), cfg.suite, cfg.report_to)
+    lane_main(cfg, folder, sinks, log, fresh)
 
 
 def _continue_fresh(writer: Any) -> NoReturn:

@@ -10,7 +10,8 @@ steps, batch shape, task order and seeds. What an arm changes is exactly its def
 * ``simulator`` — a frozen copy of the SFT model answers the tools; act role trained.
 
 ``[eval]`` says how every checkpoint (``base``, ``sft`` and each arm's last) is evaluated; it is
-the only section a resumed study may change (``RESUMABLE``): the arms share everything else.
+the only section a resumed study may change (``RESUMABLE``), with ``lanes`` (how many units
+run at once: scheduling, not a setting of any unit): the arms share everything else.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ class StudyTrain(Section):
     probe: ProbeSettings = ProbeSettings()
 
 
-RESUMABLE = ("eval.",)  # --set prefixes ``envace study --resume`` accepts (and records)
+RESUMABLE = ("eval.", "lanes")  # --set keys ``envace study --resume`` accepts (and records)
 
 
 class StudyEval(Section):
@@ -114,6 +115,13 @@ class StudyConfig(Section):
     run_id: str | None = None
     cost: str = Field("", description="what the full study costs on the reference machine")
     report_to: ReportTo = Field("none", description="also log every run's metrics to a tracker")
+    lanes: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="units (an arm's training, a checkpoint's evaluation) run at once, each "
+        "in its own process on cores // lanes threads (study.lanes)",
+    )
     train: StudyTrain = StudyTrain()
     eval: StudyEval = StudyEval()
     # Filled from ``model``'s checkpoint record by ``config.build`` (INHERITS_PROMPTS) and

@@ -172,7 +172,13 @@ class Builder:
             fid = record.fidelity.wall_s if record.fidelity is not None else 0.0
             evals[name] = sum(r.wall_s for r in record.settings.values()) + fid
         total += sum(evals.values())
-        return {"arms": arms, "evals_s": evals, "total_h": total / 3600}
+        return {
+            "arms": arms,
+            "evals_s": evals,
+            "total_h": total / 3600,
+            "lanes": self.config.lanes,
+            "wall_h": self.state.wall_s / 3600,  # start to end with lanes (units side by side)
+        }
 
     def verdicts(self) -> list[dict[str, Any]]:
         """One verdict per claim (a)–(e) of docs/study.md."""
@@ -476,4 +482,9 @@ def _cost_lines(report: dict[str, Any]) -> list[str]:
         f"Evaluation minutes per checkpoint: {evals or 'none yet'}. {total}: "
         f"{costs['total_h']:.2f} h (per arm the larger of wall and Σ step time).",
     ]
+    if costs.get("lanes", 1) > 1:
+        lines[-1] += (
+            f" Run in {costs['lanes']} lanes (units side by side, each on its share of the "
+            f"cores): {costs['wall_h']:.2f} h from start to {'end' if total == 'Total' else 'now'}."
+        )
     return lines

@@ -10,13 +10,16 @@ newest checkpoint, saved every step). The file is plain JSON, so the studio and
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 STATE_FILE = "study.json"
+LOCK_FILE = ".study.lock"
 ARM_STATUSES = ("pending", "running", "done", "failed")
 
 
@@ -101,6 +104,10 @@ class StudyState:
     # The arms' shared step-0 probe of the starting checkpoint: {"key": its settings' digest
     # (``training.probe.start_probe_key``), "metrics": {...}} once the first arm has run it.
     start_probe: dict[str, Any] = field(default_factory=dict)
+    # Lanes (``StudyConfig.lanes`` > 1): the unit each lane process runs ("train:envace",
+    # "eval:sft") -> its pid, and the study's wall time over all its sessions.
+    claims: dict[str, int] = field(default_factory=dict)
+    wall_s: float = 0.0
 
     def redo(self, arm: str) -> ArmState:
         """Start ``arm`` again in a new run, from the start: its curves and its evaluation go,
@@ -134,6 +141,59 @@ class StudyState:
         return from_dict(json.loads(path.read_text(encoding="utf-8")))
 
 
+@contextlib.contextmanager
+def locked(folder: Path) -> Iterator[None]:
+    """Hold the study's lock file (``fcntl.flock``): lane processes read, merge and write
+    ``study.json`` one at a time."""
+    import fcntl
+
+    with (Path(folder) / LOCK_FILE).open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@dataclass(frozen=True)
+class Owned:
+    """The parts of a study one lane process writes: the arms it trains (their records, curves
+    and set-aside evaluations) and the checkpoints it evaluates."""
+
+    arms: frozenset[str] = frozenset()
+    evals: frozenset[str] = frozenset()
+
+
+def merge_save(state: StudyState, folder: Path, owned: Owned) -> None:
+    """Write ``state``'s ``owned`` parts into ``study.json`` (under the lock), keep what other
+    lanes wrote there, and bring ``state``'s other parts up to date from it. The owned parts'
+    objects stay the same in ``state`` (callers hold references to them)."""
+    with locked(folder):
+        disk = StudyState.load(folder) or StudyState(state.study_id)
+        for arm in owned.arms:
+            disk.arms[arm] = state.arms[arm]
+            _put(disk.curves, arm, state.curves.get(arm))
+            _put(disk.held, arm, state.held.get(arm))
+        for name in owned.evals:
+            _put(disk.evals, name, state.evals.get(name))
+        disk.start_probe = disk.start_probe or state.start_probe
+        disk.save(folder)
+    for arm in set(disk.arms) - owned.arms:
+        state.arms[arm] = disk.arms[arm]
+        _put(state.curves, arm, disk.curves.get(arm))
+        _put(state.held, arm, disk.held.get(arm))
+    for name in set(disk.evals) - owned.evals:
+        state.evals[name] = disk.evals[name]
+    state.start_probe, state.claims = disk.start_probe, disk.claims
+
+
+def _put(table: dict[str, Any], key: str, value: Any) -> None:
+    if value is None:
+        table.pop(key, None)
+    else:
+        table[key] = value
+
+
 def from_dict(body: dict[str, Any]) -> StudyState:
     """A ``StudyState`` from its JSON form (``asdict``)."""
     held = {
@@ -149,6 +209,8 @@ def from_dict(body: dict[str, Any]) -> StudyState:
         start_digest=body.get("start_digest", ""),
         held=held,
         start_probe=body.get("start_probe", {}),
+        claims=body.get("claims", {}),
+        wall_s=body.get("wall_s", 0.0),
     )
 
 

@@ -84,7 +84,10 @@ def header(report: dict[str, Any] | None, run_id: str | None) -> str:
         lines += ["", "Failed arms: " + "; ".join(failed)]
     if "costs" in report:  # reports written before costs were recorded lack it
         so_far = "" if report.get("status") == "done" else " so far"
-        lines += ["", f"Measured cost{so_far}: {report['costs']['total_h']:.2f} h."]
+        costs = report["costs"]
+        lines += ["", f"Measured cost{so_far}: {costs['total_h']:.2f} h."]
+        if costs.get("lanes", 1) > 1:  # units ran side by side: the wall time is less
+            lines[-1] += f" Run in {costs['lanes']} lanes: {costs['wall_h']:.2f} h wall time."
     return "\n".join(lines)
 
 
