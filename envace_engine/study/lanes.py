@@ -2,9 +2,8 @@
 
 Why. A small model's step on a CPU is partly serial — Python bookkeeping, small and
 memory-bound operations — so one process rarely keeps every core busy. On the 2-core EPYC,
-two single-threaded processes together did 1.26× the work of one two-threaded process on the
-study's evaluation (`bench/eval_profile.py --n-tasks 16`, both copies at once against one
-alone) and 1.23× on an arm's steps (`bench/study_step.py`); docs/study.md, *Lanes*. With
+two single-threaded processes together did about 1.2× the work of one two-threaded process on
+the study's evaluations and arms (measured by hand: docs/study.md, *Lanes*). With
 ``StudyConfig.lanes = L`` the study runs L lane processes, each with ``cores // L`` threads.
 
 How. The units are those of ``runner.study_units``: each arm's training, each checkpoint's
@@ -35,18 +34,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envace_engine.study.config import StudyConfig
+from envace_engine.study.evaluation import plan_settings
 from envace_engine.study.report import build_report, write_report
 from envace_engine.study.runner import (
     RunSinks,
-    check_retired,
-    check_start,
     evaluate_checkpoint,
     lost_mid_evaluation,
     make_plan,
+    open_state,
     train_arm,
     untrained_checkpoints,
 )
-from envace_engine.study.state import ArmState, Owned, StudyState, locked, merge_save
+from envace_engine.study.state import Owned, StudyState, locked, merge_save
 
 POLL_S = 5.0  # how often a waiting lane looks for work, and the supervisor for exits
 BANK_S = 15.0  # how often the supervisor adds the elapsed wall time to ``study.json``
@@ -87,7 +86,14 @@ def finished(unit: Unit, state: StudyState, n_settings: int) -> bool:
     if unit.name in state.arms and state.arms[unit.name].status == "failed":
         return True
     record = state.evals.get(unit.name)
-    return record is not None and len(record.settings) == n_settings and record.fidelity is not None
+    return record is not None and record.complete(n_settings)
+
+
+def n_settings(config: StudyConfig) -> int:
+    """How many test-time settings each checkpoint is evaluated at (``make_plan``'s, without
+    loading the tasks)."""
+    e = config.eval
+    return len(plan_settings(e.budgets, e.modes, e.select_budgets))
 
 
 def blocked(unit: Unit, state: StudyState) -> bool:
@@ -99,24 +105,15 @@ def prepare(config: StudyConfig, study_dir: Path, log: Callable[[str], None]) ->
     """The supervisor's start: the state set up as the sequential study sets it up, and the
     claims of lanes no longer running cleared. A lane of an earlier supervisor still alive, or
     an arm that must train again because its checkpoint was lost, is a ``LanesError``."""
-    from envace_engine.models import resolve
-
-    resolve(config.model)
-    study_id = Path(study_dir).name
     with locked(study_dir):
-        state = StudyState.load(study_dir) or StudyState(study_id)
-        check_start(config.model, state)
-        for arm in config.arms:
-            state.arms.setdefault(arm, ArmState(run_id=f"{study_id}--{arm}"))
-        check_retired(config, state)
+        state = open_state(config, study_dir)
         alive = {key: pid for key, pid in state.claims.items() if _alive(pid)}
         if alive:
             raise LanesError(
                 f"lane processes of an earlier run of this study still run ({alive}): "
                 "stop them (kill PID) before resuming"
             )
-        count = len(make_plan(config).settings)
-        lost = [a for a in config.arms if lost_mid_evaluation(state, a, count)]
+        lost = [a for a in config.arms if lost_mid_evaluation(state, a, n_settings(config))]
         if lost:
             raise LanesError(
                 f"arms {', '.join(lost)} must train again (their checkpoints are gone): "
@@ -135,7 +132,7 @@ def claim(
 ) -> tuple[Unit | None, bool]:
     """Claim the next unit for lane ``pid``: (the unit, False), or (None, whether a unit
     waits on another lane's training)."""
-    count = len(make_plan(config).settings)
+    count = n_settings(config)
     with locked(study_dir):
         state = _load(study_dir)
         waiting = False
@@ -172,9 +169,8 @@ def run_unit(
         if unit.kind == "train":
             train_arm(config, unit.name, state, sinks, save, log)
         else:
-            model = unit.model or state.arms[unit.name].checkpoint
-            plan = make_plan(config)
-            evaluate_checkpoint(config, state, plan, (unit.name, model), sinks, save, log)
+            plan = make_plan(config)  # a claimed evaluation knows its checkpoint (``blocked``)
+            evaluate_checkpoint(config, state, plan, (unit.name, unit.model), sinks, save, log)
         save()
         write_report(build_report(config, state), study_dir)
     finally:
@@ -220,7 +216,7 @@ def supervise(
                 log(f"lanes: lane {proc.pid} exited with {proc.returncode} again; not restarted")
         if time.monotonic() - banked >= BANK_S or not lanes:
             banked, state = _bank(study_dir, banked)
-            count = len(make_plan(config).settings)
+            count = n_settings(config)
             units = lane_units(config, state, sinks)
             done = sum(finished(u, state, count) for u in units)
             running = ", ".join(sorted(state.claims)) or "none"
@@ -239,7 +235,7 @@ def lane_threads(lanes: int) -> int:
 
 def finish(config: StudyConfig, study_dir: Path, sinks: RunSinks) -> StudyState:
     """Mark the study done and write its report, or raise naming the unfinished units."""
-    count = len(make_plan(config).settings)
+    count = n_settings(config)
     with locked(study_dir):
         state = _load(study_dir)
         left = [u.key for u in lane_units(config, state, sinks) if not finished(u, state, count)]
@@ -279,8 +275,8 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
+    except PermissionError:  # another user's process: alive
+        pass
     return True
 
 

@@ -175,15 +175,7 @@ def study_units(
 ) -> Iterator[tuple[StudyState, bool]]:
     """The study, one unit at a time: after each unit the state (saved) and whether the unit
     changed it (False for a unit already finished in an earlier process)."""
-    from envace_engine.models import resolve
-
-    resolve(config.model)  # a missing SFT checkpoint fails here, naming the path
-    study_id = Path(study_dir).name
-    state = StudyState.load(study_dir) or StudyState(study_id)
-    check_start(config.model, state)
-    for arm in config.arms:
-        state.arms.setdefault(arm, ArmState(run_id=f"{study_id}--{arm}"))
-    check_retired(config, state)  # before any arm trains: a typo fails now, not hours later
+    state = open_state(config, study_dir)
 
     def save() -> None:
         state.save(study_dir)
@@ -223,6 +215,21 @@ def study_units(
     state.status = "done"
     publish()
     yield state, True
+
+
+def open_state(config: StudyConfig, study_dir: Path) -> StudyState:
+    """The study's saved state (a new one the first time), checked against ``config`` and
+    with a record for every arm: what every way of running the study starts from."""
+    from envace_engine.models import resolve
+
+    resolve(config.model)  # a missing SFT checkpoint fails here, naming the path
+    study_id = Path(study_dir).name
+    state = StudyState.load(study_dir) or StudyState(study_id)
+    check_start(config.model, state)
+    for arm in config.arms:
+        state.arms.setdefault(arm, ArmState(run_id=f"{study_id}--{arm}"))
+    check_retired(config, state)  # before any arm trains: a typo fails now, not hours later
+    return state
 
 
 def digest(model: str) -> str:
@@ -272,11 +279,7 @@ def lost_mid_evaluation(state: StudyState, arm: str, n_settings: int) -> bool:
     """Whether ``arm`` is done but must train again: its last checkpoint is gone and its
     evaluation (``n_settings`` settings and the world evaluation) is unfinished."""
     record, evaluated = state.arms[arm], state.evals.get(arm)
-    complete = (
-        evaluated is not None
-        and len(evaluated.settings) == n_settings
-        and evaluated.fidelity is not None
-    )
+    complete = evaluated is not None and evaluated.complete(n_settings)
     return record.status == "done" and not Path(record.checkpoint).is_dir() and not complete
 
 
@@ -450,7 +453,7 @@ def evaluate_checkpoint(
     record = state.evals.setdefault(
         name, CheckpointEval(model, f"{state.study_id}--eval-{name}{suffix}")
     )
-    if len(record.settings) == len(plan.settings) and record.fidelity is not None:
+    if record.complete(len(plan.settings)):
         return False
     log(f"eval {name}: {model}")
     policy = load_policy(name, model, config)

@@ -79,6 +79,10 @@ class CheckpointEval:
     error: str = ""
     fidelity_run_id: str = ""  # the run holding the fidelity rollout's episodes, once evaluated
 
+    def complete(self, n_settings: int) -> bool:
+        """Whether all ``n_settings`` settings and the world evaluation are recorded."""
+        return len(self.settings) == n_settings and self.fidelity is not None
+
 
 @dataclass
 class HeldEval:
