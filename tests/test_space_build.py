@@ -125,7 +125,8 @@ def test_the_space_builds_from_the_repository_and_refuses_anonymous_writes(tmp_p
         open_page(page, url, "?tab=runs")
         page.locator("#auth-banner").get_by_text("read-only").first.wait_for(timeout=LOAD_MS)
         # the bundle is a slice of the reproduction study (scripts/make_demo_bundle.py)
-        arm = page.locator("#runs-table").get_by_text("study-toy--envace").filter(visible=True)
+        envace = next((ROOT / "studio" / "demo" / "bundle").glob("*--envace")).name
+        arm = page.locator("#runs-table").get_by_text(envace).filter(visible=True)
         arm.first.wait_for(timeout=LOAD_MS)
         page.locator("#launch-button").click()
         refused = page.locator("#launch-message").get_by_text("read-only: sign in")
