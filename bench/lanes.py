@@ -1,8 +1,8 @@
 """Work per second of study units side by side in lanes vs one at a time (docs/study.md, Lanes).
 
 A study with ``lanes = L`` runs L units at once, each a process of ``cores // L`` threads
-(``study.lanes.lane_threads``). This bench times the study's two kinds of unit as the repo's
-own bench scripts run them, each job in a fresh subprocess:
+(``study.lanes.lane_threads``, which this bench calls too). This bench times the study's two
+kinds of unit as the repo's own bench scripts run them, each job in a fresh subprocess:
 
 * ``train`` — an arm's steps: ``bench/study_step.py --variants bf16 --steps S`` (the study
   config's ``envace`` arm, bf16 as the study trains);
@@ -43,6 +43,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.record import add_record_flag, record
+from envace_engine.study.lanes import lane_threads
 
 ROOT = Path(__file__).resolve().parents[1]
 PAIRS = ("train+eval", "train+train", "eval+eval")
@@ -62,7 +63,7 @@ def job_argv(kind: str, args: argparse.Namespace) -> list[str]:
 def run_together(argvs: list[list[str]], threads: int, log_dir: Path) -> list[dict]:
     """Start every job at once with ``threads`` threads each; per job its wall seconds and
     peak RSS (MB), in the order given. A job that fails stops the bench with its log's tail."""
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     started = time.perf_counter()
     procs = {}
     for i, argv in enumerate(argvs):
@@ -86,13 +87,14 @@ def run_together(argvs: list[list[str]], threads: int, log_dir: Path) -> list[di
 
 
 def one_round(kinds: list[str], args: argparse.Namespace, cores: int, flip: bool) -> dict:
-    """Sequential (every core, one job at a time) and lanes (all at once), in either order."""
+    """Sequential (every core, one job at a time) and lanes (all at once, each with the threads
+    a study's lane gets), in either order."""
     argvs = [job_argv(kind, args) for kind in kinds]
     result: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         for mode in ("lanes", "sequential") if flip else ("sequential", "lanes"):
             if mode == "lanes":
-                result["lanes"] = run_together(argvs, max(1, cores // len(kinds)), Path(tmp))
+                result["lanes"] = run_together(argvs, lane_threads(len(kinds)), Path(tmp))
             else:
                 result["sequential"] = [run_together([a], cores, Path(tmp))[0] for a in argvs]
             print(json.dumps({mode: result[mode]}), file=sys.stderr)
@@ -139,7 +141,7 @@ def main() -> None:
     cores = len(os.sched_getaffinity(0))
     kinds = args.pair.split("+")
     rounds = [one_round(kinds, args, cores, flip=r % 2 == 1) for r in range(args.rounds)]
-    summary = {"pair": args.pair, "cores": cores, "threads_per_lane": max(1, cores // len(kinds))}
+    summary = {"pair": args.pair, "cores": cores, "threads_per_lane": lane_threads(len(kinds))}
     summary.update(steps=args.steps, n_tasks=args.n_tasks, quick=args.quick, rounds=args.rounds)
     summary.update(summarize(kinds, rounds))
     if args.record:

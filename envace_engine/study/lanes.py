@@ -2,8 +2,8 @@
 
 Why. A small model's step on a CPU is partly serial — Python bookkeeping, small and
 memory-bound operations — so one process rarely keeps every core busy. On the 2-core EPYC,
-two single-threaded processes together did about 1.2× the work of one two-threaded process on
-the study's evaluations and arms (measured by hand: docs/study.md, *Lanes*). With
+an arm's steps beside an evaluation, one thread each, did 1.30× the work per second of one
+unit at a time with both threads (``bench/lanes.py``; docs/study.md, *Lanes*). With
 ``StudyConfig.lanes = L`` the study runs L lane processes, each with ``cores // L`` threads.
 
 How. The units are those of ``runner.study_units``: each arm's training, each checkpoint's
