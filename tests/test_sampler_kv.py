@@ -215,3 +215,37 @@ def test_a_call_bound_evicts_during_a_session_and_changes_no_output(tiny_model, 
     assert max(n for b, n in held if not b) > len(history)  # unbounded: kept until the end
     with pytest.raises(ValueError, match="call_cache_tokens=-1"):
         HFSampler(tiny_model, tokenizer, call_cache_tokens=-1)
+
+
+def test_drop_cache_frees_the_kept_kv_and_the_next_call_recomputes_it(
+    tiny_model, tokenizer, history
+):
+    """The trainer drops the cache before an optimizer step (``CacheHolding``): nothing is
+    held afterwards, and the next call prefills everything and samples the same tokens."""
+    from types import SimpleNamespace
+
+    from envace_engine.samplers.base import CacheHolding
+    from envace_engine.training.trainer import release_sampler_cache
+
+    sampler = HFSampler(tiny_model, tokenizer)
+    assert isinstance(sampler, CacheHolding)
+    first = sampler.generate([history], GREEDY)[0]
+    assert sampler.kv_memory().cache_tokens >= len(history)
+    release_sampler_cache(SimpleNamespace(sampler=sampler, model=tiny_model))  # type: ignore[arg-type]
+    assert sampler.kv_memory().cache_tokens == 0 and sampler.kv_memory().cache_bytes == 0
+    before = sampler.prefilled
+    again = sampler.generate([history], GREEDY)[0]
+    assert sampler.prefilled - before == len(history)
+    assert again.token_ids == first.token_ids
+
+
+def test_a_sampler_without_a_cache_is_left_alone(tiny_model):
+    from types import SimpleNamespace
+
+    from envace_engine.training.trainer import release_sampler_cache
+
+    class Remote:  # a server sampler: no in-process cache to drop
+        def generate(self, prompts, params):
+            raise AssertionError("not called")
+
+    release_sampler_cache(SimpleNamespace(sampler=Remote(), model=tiny_model))  # type: ignore[arg-type]

@@ -97,6 +97,20 @@ class TokenCounting(Protocol):
 
 
 @runtime_checkable
+class CacheHolding(Protocol):
+    """A sampler that keeps computed K/V between calls (an in-process prefix cache).
+
+    The trainer drops it before an optimizer step: the update makes it stale, and on a CPU the
+    cache (up to ``prefix_cache_tokens`` of K/V, about 3 GB for the 135M model) would otherwise
+    sit beside the training step's activations at the step's memory peak.
+    """
+
+    def drop_cache(self) -> None:
+        """Release every K/V the sampler keeps between calls."""
+        ...
+
+
+@runtime_checkable
 class WeightReceiver(Protocol):
     """A sampler in other processes that loads new weights from a checkpoint directory.
 

@@ -36,6 +36,7 @@ from envace_engine.rollout.loop import RolloutConfig, rollout
 from envace_engine.rollout.rewards import JudgeConfig, RewardFn, make_reward, state_reward
 from envace_engine.rollout.tokens import training_rows
 from envace_engine.samplers import Sampler, make_sampler
+from envace_engine.samplers.base import CacheHolding
 from envace_engine.samplers.embedded.heap import release_freed_memory
 from envace_engine.seeds import derive_seed
 from envace_engine.sink import Sink
@@ -135,6 +136,7 @@ def run(
         rows = [r for e in episodes for r in training_rows(e) if r.role in TRAINED[config.mode]]
         rows, advantages = scorable(rows, row_advantages(rows, **config.advantages.model_dump()))
         rolled = time.perf_counter()
+        release_sampler_cache(parts)
         extra = optimize(parts, rows, advantages)
         episodes = with_advantages(episodes, rows, advantages)
         extra.update(timing(episodes, started, rolled))
@@ -310,6 +312,16 @@ def roll(parts: Parts, tasks: list[Task], step: int) -> list[Episode]:
         parts.config.group_size,
         run_id=f"s{step}r{rank}",
     )
+
+
+def release_sampler_cache(parts: Parts) -> None:
+    """Free the in-process sampler's prefix cache before the optimizer step makes it stale, so
+    its K/V is not held beside the step's activations (``CacheHolding``; the frozen simulator's
+    stays valid and is kept), and hand the freed pages back on a CPU (``heap.py``)."""
+    if isinstance(parts.sampler, CacheHolding):
+        parts.sampler.drop_cache()
+        if parts.model.device.type == "cpu":
+            release_freed_memory()
 
 
 def score(

@@ -194,11 +194,15 @@ class HFSampler:
         """The model's end-of-sequence ids (a request adds its own stop ids)."""
         return frozenset(self.eos_ids)
 
+    def drop_cache(self) -> None:
+        """Empty the prefix cache (``CacheHolding``): its K/V is freed once no session holds it."""
+        self.cache = PrefixCache(self.cache.max_tokens)
+
     def _check_weights(self) -> None:
         """Empty the prefix cache when any parameter changed in place since the last call."""
         stamp = tuple(p._version for p in self.model.parameters())
         if stamp != self._weights_stamp:
-            self.cache = PrefixCache(self.cache.max_tokens)
+            self.drop_cache()
             self._weights_stamp = stamp
 
     def share_prefixes(self, prompts: list[list[int]]) -> None:
