@@ -82,28 +82,28 @@ def test_lanes_claim_units_in_the_studys_order_and_wait_for_an_arms_training(tmp
     second, _ = claim(config, tmp_path, sinks, pid=102)
     third, _ = claim(config, tmp_path, sinks, pid=103)
     assert [u.key for u in (first, second, third)] == [
-        "eval:sft",
         "train:envace",
         "train:real-grpo",
+        "eval:sft",
     ]
     state = StudyState.load(tmp_path)
     assert state is not None
-    assert state.claims == {"eval:sft": 101, "train:envace": 102, "train:real-grpo": 103}
+    assert state.claims == {"train:envace": 101, "train:real-grpo": 102, "eval:sft": 103}
     units = lane_units(config, state, sinks)
     assert [u.key for u in units] == [
-        "eval:sft",
         "train:envace",
-        "eval:envace",
         "train:real-grpo",
+        "eval:sft",
+        "eval:envace",
         "eval:real-grpo",
         "eval:base",
     ]
-    assert blocked(units[2], state) and not blocked(units[5], state)
+    assert blocked(units[3], state) and not blocked(units[5], state)
     fourth, waiting = claim(config, tmp_path, sinks, pid=104)
     assert fourth == Unit("eval", "base", "smollm2-135m")
     nothing, waiting = claim(config, tmp_path, sinks, pid=105)
     assert nothing is None and waiting  # the arms' evaluations wait for their training
-    release(tmp_path, 102)
+    release(tmp_path, 101)
     state = StudyState.load(tmp_path)
     assert state is not None and "train:envace" not in state.claims
 

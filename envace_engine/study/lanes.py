@@ -7,8 +7,8 @@ unit at a time with both threads (``bench/lanes.py``; docs/study.md, *Lanes*). W
 ``StudyConfig.lanes = L`` the study runs L lane processes, each with ``cores // L`` threads.
 
 How. The units are those of ``runner.study_units``: each arm's training, each checkpoint's
-evaluation (``lane_units``; an arm's evaluation waits for its training). A lane claims the
-first unfinished, unclaimed unit in that order (``claim``: its pid recorded in
+evaluation (``lane_units``: trainings first; an arm's evaluation waits for its training). A
+lane claims the first unfinished, unclaimed unit in that order (``claim``: its pid recorded in
 ``study.json``'s ``claims``, under the study's lock), runs it with the same functions as the
 sequential study, and writes only what it owns (``state.merge_save``); then it continues in a
 fresh program image, as the sequential study does. The supervisor (``envace study``) starts
@@ -71,10 +71,13 @@ class Unit:
 
 
 def lane_units(config: StudyConfig, state: StudyState, sinks: RunSinks) -> list[Unit]:
-    """Every unit, in the order lanes take them (the sequential study's order)."""
-    units = [Unit("eval", "sft", config.model)]
-    for arm in config.arms:
-        units += [Unit("train", arm), Unit("eval", arm, state.arms[arm].checkpoint)]
+    """Every unit, in the order lanes take them: every arm's training, then the evaluations
+    (sft, each arm's, then base). Trainings are the long units and each one's evaluation must
+    wait for it; started first, they end while evaluations are left to share the lanes, instead
+    of the last arm's training and then its evaluation running alone beside an idle lane."""
+    units = [Unit("train", arm) for arm in config.arms]
+    units.append(Unit("eval", "sft", config.model))
+    units += [Unit("eval", arm, state.arms[arm].checkpoint) for arm in config.arms]
     units += [Unit("eval", n, m) for n, m in untrained_checkpoints(config, state, sinks)]
     return units
 
