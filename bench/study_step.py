@@ -11,7 +11,9 @@ their order rotating round by round:
   CPU has a native bf16 unit) and ``bf16 = true`` (autocast, fp32 master weights and AdamW),
   an episode's nested act rows scored as one sequence (``pack_episodes``);
 * ``fp32`` — ``sampler_dtype = "float32"`` and ``bf16 = false``: the engine before bf16;
-* ``unpacked`` — ``bf16`` with ``pack_episodes = false``: every row its own sequence.
+* ``unpacked`` — ``bf16`` with ``pack_episodes = false``: every row its own sequence;
+* ``mb8192`` — ``bf16`` with micro-batches of up to 8192 tokens (``micro_batch_tokens``), the
+  study's budget before 2048: what the smaller budget costs in time and saves in memory.
 
 ``--variants bf16,fp32`` runs only those (the others' keys are null).
 
@@ -22,7 +24,9 @@ variant's sampled tokens per second beside its step time so a difference in leng
 Prints one JSON object as the last line: medians over every step of every round of
 ``step_s``, ``rollout_s`` and ``train_s`` per variant, ``ratio`` = bf16 / fp32 median step
 time (< 1: bf16 is faster), ``rollout_ratio`` and ``train_ratio`` the same for the two parts,
-``pack_ratio`` / ``pack_train_ratio`` = bf16 / unpacked step and training time, the median
+``pack_ratio`` / ``pack_train_ratio`` = bf16 / unpacked step and training time,
+``micro_ratio`` / ``micro_rss_ratio`` / ``micro_train_token_ratio`` = bf16 / mb8192 step time,
+peak RSS and training time per forward token, the median
 ``forward_tokens`` per step of each variant (what packing saves), its median
 ``logprob_diff`` and ``mismatch_kl`` (sampler vs trainer log-probs), each variant's peak RSS
 (``ru_maxrss`` of its child) and its ``compute_dtype``. Because the variants' rollouts diverge
@@ -57,6 +61,7 @@ VARIANTS = {
     "bf16": ("bf16=true", 'rollout.sampler_dtype="auto"'),
     "fp32": ("bf16=false", 'rollout.sampler_dtype="float32"'),
     "unpacked": ("bf16=true", 'rollout.sampler_dtype="auto"', "pack_episodes=false"),
+    "mb8192": ("bf16=true", 'rollout.sampler_dtype="auto"', "micro_batch_tokens=8192"),
 }
 QUICK = (
     'model="tiny"',
@@ -160,6 +165,9 @@ def summarize(runs: list[dict]) -> dict:
         "rss_ratio": ("bf16_peak_rss_mb", "fp32_peak_rss_mb"),
         "pack_ratio": ("bf16_step_s", "unpacked_step_s"),
         "pack_train_ratio": ("bf16_train_s", "unpacked_train_s"),
+        "micro_ratio": ("bf16_step_s", "mb8192_step_s"),
+        "micro_rss_ratio": ("bf16_peak_rss_mb", "mb8192_peak_rss_mb"),
+        "micro_train_token_ratio": ("bf16_train_ms_per_token", "mb8192_train_ms_per_token"),
     }
     for name, (num, den) in ratios.items():
         a, b = out.get(num), out.get(den)
@@ -176,7 +184,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3, help="steps per child")
     parser.add_argument("--rounds", type=int, default=1, help="runs of every variant, rotating")
     parser.add_argument(
-        "--variants", default=",".join(VARIANTS), help="which to run (default: all three)"
+        "--variants", default=",".join(VARIANTS), help="which to run (default: all)"
     )
     parser.add_argument("--child", choices=sorted(VARIANTS), help=argparse.SUPPRESS)
     add_record_flag(parser)
