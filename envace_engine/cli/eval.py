@@ -298,20 +298,53 @@ def _eval_rows(result: Any) -> list[dict[str, Any]]:
     ]
 
 
-def _sweep_rows(points: Sequence[Any]) -> list[dict[str, Any]]:
-    """One printed row per sweep point; ``*`` marks the success-vs-overhead Pareto front."""
+SWEEP_BOOTSTRAP = 2000  # task resamples of a sweep's Δ intervals (as the study's default)
+
+
+def sweep_deltas(points: Sequence[Any], resamples: int, seed: int) -> dict[int, Any]:
+    """Success Δ of each rehearsal point vs its checkpoint's plain N = 0 point, by index.
+
+    A task's success rate over its repeats is the unit: the Δ is paired over the tasks both
+    points evaluated, with a 95 % percentile-bootstrap interval over tasks
+    (``study.stats.paired_difference``, as the study's test-time table). Without an N = 0
+    point for the checkpoint there is nothing to compare with, and no entry.
+    """
+    from envace_engine.study.stats import paired_difference
+
+    def rates(point: Any) -> dict[str, float]:
+        return {t.task_id: t.successes / max(len(t.rewards), 1) for t in point.tasks}
+
+    plain = {p.checkpoint: rates(p) for p in points if p.setting.budget == 0}
+    out = {}
+    for i, point in enumerate(points):
+        base = plain.get(point.checkpoint)
+        if base is None or point.setting.budget == 0:
+            continue
+        mine = rates(point)
+        common = sorted(base.keys() & mine.keys())
+        if common:
+            a, b = [mine[t] for t in common], [base[t] for t in common]
+            out[i] = paired_difference(a, b, resamples, seed)
+    return out
+
+
+def _sweep_rows(points: Sequence[Any], seed: int = 0) -> list[dict[str, Any]]:
+    """One printed row per sweep point; ``*`` marks the success-vs-overhead Pareto front;
+    ``delta`` is the success Δ vs the checkpoint's N = 0 with its 95 % CI over tasks."""
     from envace_engine.testtime.evaluate import pareto_front
 
     def overhead(m: Any) -> float:
         return m["sweep/rehearsal_tokens"] + m["sweep/memory_tokens"]
 
     front = set(pareto_front([(overhead(p.metrics), p.metrics["sweep/success"]) for p in points]))
+    deltas = sweep_deltas(points, SWEEP_BOOTSTRAP, seed)
     return [
         {
             "step": p.step,
             "model": p.checkpoint,
             "setting": p.setting.label,
             "success": f"{p.metrics['sweep/success']:.3f}",
+            "delta": _delta_text(deltas.get(i)),
             "reward": f"{p.metrics['sweep/reward']:.3f}",
             "imag_tok": f"{p.metrics['sweep/rehearsal_tokens']:.0f}",
             "mem_tok": f"{p.metrics['sweep/memory_tokens']:.0f}",
@@ -321,6 +354,11 @@ def _sweep_rows(points: Sequence[Any]) -> list[dict[str, Any]]:
         }
         for i, p in enumerate(points)
     ]
+
+
+def _delta_text(est: Any) -> str:
+    """``+0.031 [-0.016, +0.078]``, or ``-`` where there is no Δ."""
+    return "-" if est is None else f"{est.mean:+.3f} [{est.low:+.3f}, {est.high:+.3f}]"
 
 
 BudgetOpt = Annotated[int, typer.Option("--budget", min=0, help="imagined episodes (0 = plain)")]
@@ -460,7 +498,7 @@ def sweep_command(
             )
         finally:
             sink.close()
-    typer.echo(_table(_sweep_rows(points)))
+    typer.echo(_table(_sweep_rows(points, seed)))
     typer.echo(f"run {writer.run_id} in {writer.path}")
 
 
