@@ -1,5 +1,5 @@
-"""Rehearsal budget in a real browser: a sweep's chart and per-task table, a bad sweep form,
-and saving the chosen budget."""
+"""Rehearsal budget in a real browser: a sweep's chart, per-task table and Δ vs N = 0, a bad
+sweep form, and saving the chosen budget."""
 
 from __future__ import annotations
 
@@ -24,6 +24,8 @@ def test_sweep_chart_and_saved_budget(tmp_path):
         choose(page, "bud-pick", "sweep-demo")
         page.locator("#bud-chart .vega-embed").first.wait_for(timeout=LOAD_MS)
         page.get_by_text("parallel N=2").filter(visible=True).first.wait_for(timeout=LOAD_MS)
+        # the paired Δ vs N = 0: +1/3 for both modes (tests/test_studio_pages.py has the CI)
+        page.locator("#bud-deltas").get_by_text("0.333").first.wait_for(timeout=LOAD_MS)
         page.locator("#bud-save").click()
         page.get_by_text("Saved budget N=2 (parallel)").wait_for(timeout=LOAD_MS)
         shot(page, "budget")

@@ -226,7 +226,7 @@ def test_anonymous_cannot_annotate_when_hosted(locked):
 def test_budget_sweep_chart_table_and_saved_choice(ctx):
     frame = budget.sweep_frame(ctx, "sweep-demo")
     assert len(frame) == 12  # 3 committed per setting; plain N=0 counted under both modes
-    chart, table, _ = budget.show_sweep(ctx, "sweep-demo")
+    chart, table, deltas, _ = budget.show_sweep(ctx, "sweep-demo")
     data = next(iter(chart.to_dict()["datasets"].values()))
     point = next(r for r in data if r["mode"] == "parallel" and r["budget"] == 2)
     assert point["success"] == pytest.approx(2 / 3) and point["rehearsal_tokens"] == 240
@@ -239,12 +239,44 @@ def test_budget_sweep_chart_table_and_saved_choice(ctx):
         "sequential N=0",
         "sequential N=2",
     ]
+    # Δ vs N = 0 per task: plain (0, 0, 1); parallel N=2 (1, 0, 1); sequential N=2 (1, 1, 0)
+    # (reward 0.5 is no success): both +1/3 on average, paired as study.stats computes it.
+    from envace_engine.study.stats import paired_difference
+
+    assert list(deltas["mode"]) == ["parallel", "sequential"]
+    assert list(deltas["delta"]) == [pytest.approx(1 / 3, abs=1e-3)] * 2
+    est = paired_difference([1.0, 1.0, 0.0], [0.0, 0.0, 1.0], resamples=2000, seed=0)
+    row = deltas.iloc[1]
+    assert (row["low"], row["high"]) == (pytest.approx(est.low, abs=1e-3), pytest.approx(est.high))
+    assert row["success"] == pytest.approx(2 / 3, abs=1e-3) and row["tasks"] == 3
     assert budget.sweep_runs(ctx) == ["sweep-demo"]
     message, saved = budget.save_choice(ctx, "ana", "tiny", "toy", 2, "parallel", "best trade-off")
     assert message.startswith("Saved budget N=2")
     assert saved.iloc[0]["author"] == "ana"
     message, _ = budget.save_choice(ctx, "ana", "tiny", "toy", -1, "parallel", "")
     assert "whole number of imagined episodes" in message
+
+
+def test_budget_gives_each_checkpoint_its_own_plain_baseline(tmp_path):
+    """A sweep of two checkpoints: each one's N = 0 is the baseline of its own curve only."""
+    from envace_engine.types import Mode
+    from storage.shards import RunWriter
+    from tests.studio_data import episode
+
+    writer = RunWriter.create(tmp_path, "sweep", model="a,b", suite="toy", run_id="two")
+    grid = [(0, 0, [0.0, 0.0]), (0, 2, [1.0, 0.0]), (1, 0, [1.0, 1.0]), (1, 2, [1.0, 1.0])]
+    for step, (ckpt, n, rewards) in enumerate(grid):
+        eps = [episode(i, step, r, mode=Mode.REAL, prefix="sw") for i, r in enumerate(rewards)]
+        writer.episodes(step, eps)
+        metrics = {"sweep/budget": n, "sweep/sequential": 0, "sweep/rehearsal_tokens": 60.0 * n}
+        writer.metrics(step, {**metrics, "sweep/checkpoint": ckpt})
+    writer.finish("done")
+    studio = Studio.open(tmp_path, AuthPolicy.from_settings(None, space_id=""))
+    frame = budget.sweep_frame(studio, "two")
+    assert len(frame) == 8  # each checkpoint's plain episodes once, under its own curve
+    deltas = budget.deltas(frame).set_index("mode")
+    assert deltas.loc["parallel ckpt 0", "delta"] == pytest.approx(0.5)
+    assert deltas.loc["parallel ckpt 1", "delta"] == pytest.approx(0.0)
 
 
 def test_budget_reads_each_steps_mode_from_its_flags():

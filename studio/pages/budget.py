@@ -1,5 +1,6 @@
 """Rehearsal budget: run a sweep (budget N x rehearsal mode) for a model on a suite, see success
-against rehearsal tokens with error bars and per task, and save the budget chosen for the model.
+against rehearsal tokens with error bars, per task and as a paired Δ vs N = 0 with its 95 % CI,
+and save the budget chosen for the model.
 
 How a sweep run is read (docs/studio.md): the sweep writes one *step* per setting. Its metrics
 for that step name the setting — ``sweep/budget`` (N), ``sweep/sequential`` and
@@ -78,16 +79,21 @@ def _settings(ctx: Studio, run_id: str) -> pd.DataFrame:
     steps = ctx.store.sweep_results(run_id)
     if steps.empty or not set(SETTING_METRICS) <= set(steps.columns):
         return pd.DataFrame(columns=["step", "mode", "budget", "rehearsal_tokens"])
+    ckpt = steps["sweep/checkpoint"] if "sweep/checkpoint" in steps else pd.Series(0, steps.index)
     table = steps.assign(
         mode=_modes(steps),
         budget=steps["sweep/budget"].round().astype(int),
         rehearsal_tokens=steps["sweep/rehearsal_tokens"],
+        ckpt=ckpt.fillna(0).round().astype(int),
     )
-    if "sweep/checkpoint" in table and table["sweep/checkpoint"].nunique() > 1:
-        table["mode"] += " ckpt " + table["sweep/checkpoint"].astype(int).astype(str)
-    modes = sorted(set(table.loc[table["budget"] > 0, "mode"])) or ["parallel"]
-    plain = table[table["budget"] == 0]
-    rows = [table[table["budget"] > 0]] + [plain.assign(mode=m) for m in modes]
+    if table["ckpt"].nunique() > 1:
+        table["mode"] += " ckpt " + table["ckpt"].astype(str)
+    rehearsed = table[table["budget"] > 0]
+    rows = [rehearsed]
+    # Plain N = 0 is listed under every mode of its own checkpoint (the baseline of each curve).
+    for index, plain in table[table["budget"] == 0].groupby("ckpt"):
+        modes = sorted(set(rehearsed.loc[rehearsed["ckpt"] == index, "mode"]))
+        rows += [plain.assign(mode=m) for m in modes or list(plain["mode"].unique())]
     return pd.concat(rows, ignore_index=True)[["step", "mode", "budget", "rehearsal_tokens"]]
 
 
@@ -108,12 +114,46 @@ def sweep_frame(ctx: Studio, run_id: str) -> pd.DataFrame:
     return merged[cols]
 
 
-def show_sweep(ctx: Studio, run_id: str | None) -> tuple[object, pd.DataFrame, str]:
-    """(chart, per-task table, progress line) of one sweep run."""
+DELTA_COLUMNS = ["mode", "budget", "success", "delta", "low", "high", "tasks"]
+BOOTSTRAP = 2000  # task resamples, as the study's default and ``envace sweep``'s table
+
+
+def deltas(results: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
+    """Per rehearsal setting: success, its Δ vs N = 0 of the same mode's curve and the 95 %
+    bootstrap CI over tasks, paired by task (a task's success rate over its repeats in both),
+    as ``envace sweep`` prints and the study's test-time table computes (``study.stats``)."""
+    from envace_engine.study.stats import paired_difference
+
+    rows = []
+    rates = results.groupby(["mode", "budget", "task_id"])["success"].mean()
+    for (mode, n), group in rates.groupby(level=["mode", "budget"]):
+        plain = rates.get((mode, 0))
+        if n == 0 or plain is None:
+            continue
+        mine = group.droplevel(["mode", "budget"])
+        common = sorted(set(mine.index) & set(plain.index))
+        if not common:
+            continue
+        est = paired_difference(
+            list(mine[common]), list(plain[common]), resamples=BOOTSTRAP, seed=seed
+        )
+        rows.append([mode, n, mine[common].mean(), est.mean, est.low, est.high, est.n])
+    return pd.DataFrame(rows, columns=DELTA_COLUMNS).round(3)
+
+
+def show_sweep(ctx: Studio, run_id: str | None) -> tuple[object, pd.DataFrame, pd.DataFrame, str]:
+    """(chart, per-task table, Δ table, progress line) of one sweep run."""
     if not run_id:
-        return charts.budget(pd.DataFrame()), per_task(pd.DataFrame()), "Pick or run a sweep."
+        empty = pd.DataFrame()
+        return charts.budget(empty), per_task(empty), _no_deltas(), "Pick or run a sweep."
     results = sweep_frame(ctx, run_id)
-    return charts.budget(results), per_task(results), runs_page.progress_text(ctx, run_id)
+    progress = runs_page.progress_text(ctx, run_id)
+    table = deltas(results) if not results.empty else _no_deltas()
+    return charts.budget(results), per_task(results), table, progress
+
+
+def _no_deltas() -> pd.DataFrame:
+    return pd.DataFrame(columns=DELTA_COLUMNS)
 
 
 def save_choice(
@@ -143,11 +183,11 @@ def choices(ctx: Studio) -> pd.DataFrame:
     return ctx.store.budgets().reindex(columns=BUDGET_COLUMNS)
 
 
-def poll(ctx: Studio, run_id: str | None) -> tuple[object, object, object]:
+def poll(ctx: Studio, run_id: str | None) -> tuple[object, object, object, object]:
     """Timer handler: redraw only while the picked sweep's job is running (no flicker after)."""
     if run_id and runs_page.is_active(ctx, run_id):
         return show_sweep(ctx, run_id)
-    return gr.update(), gr.update(), gr.update()
+    return gr.update(), gr.update(), gr.update(), gr.update()
 
 
 def build(ctx: Studio, user: gr.State, tab: gr.Tab) -> None:
@@ -193,6 +233,12 @@ def build(ctx: Studio, user: gr.State, tab: gr.Tab) -> None:
     with gr.Row():
         plot = gr.Plot(label="success vs rehearsal tokens (± 1 s.e.)", elem_id="bud-chart")
         table = gr.Dataframe(interactive=False, label="success per task", max_height=320)
+    delta = gr.Dataframe(
+        _no_deltas(),
+        interactive=False,
+        label="success Δ vs N = 0 (95 % CI over tasks, paired by task)",
+        elem_id="bud-deltas",
+    )
     gr.Markdown("### Choose a budget for this model")
     with gr.Row():
         chosen = gr.Number(2, label="budget N", precision=0, minimum=0)
@@ -216,8 +262,9 @@ def build(ctx: Studio, user: gr.State, tab: gr.Tab) -> None:
         [user, *form.values()],
         [message, pick],
     )
-    pick.change(lambda r: show_sweep(ctx, r), [pick], [plot, table, progress])
-    timer.tick(lambda r: poll(ctx, r), [pick], [plot, table, progress], show_progress="hidden")
+    shown = [plot, table, delta, progress]
+    pick.change(lambda r: show_sweep(ctx, r), [pick], shown)
+    timer.tick(lambda r: poll(ctx, r), [pick], shown, show_progress="hidden")
     tab.select(lambda: (gr.update(choices=sweep_runs(ctx)), choices(ctx)), None, [pick, history])
     save.click(
         lambda u, *v: save_choice(ctx, u, *v),
