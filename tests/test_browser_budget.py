@@ -25,7 +25,9 @@ def test_sweep_chart_and_saved_budget(tmp_path):
         page.locator("#bud-chart .vega-embed").first.wait_for(timeout=LOAD_MS)
         page.get_by_text("parallel N=2").filter(visible=True).first.wait_for(timeout=LOAD_MS)
         # the paired Δ vs N = 0: +1/3 for both modes (tests/test_studio_pages.py has the CI)
-        page.locator("#bud-deltas").get_by_text("0.333").first.wait_for(timeout=LOAD_MS)
+        deltas = page.locator("#bud-deltas")
+        deltas.scroll_into_view_if_needed()  # the table renders rows only once in view
+        deltas.get_by_text("0.333").filter(visible=True).first.wait_for(timeout=LOAD_MS)
         page.locator("#bud-save").click()
         page.get_by_text("Saved budget N=2 (parallel)").wait_for(timeout=LOAD_MS)
         shot(page, "budget")

@@ -234,7 +234,6 @@ def build(ctx: Studio, user: gr.State, tab: gr.Tab) -> None:
         plot = gr.Plot(label="success vs rehearsal tokens (± 1 s.e.)", elem_id="bud-chart")
         table = gr.Dataframe(interactive=False, label="success per task", max_height=320)
     delta = gr.Dataframe(
-        _no_deltas(),
         interactive=False,
         label="success Δ vs N = 0 (95 % CI over tasks, paired by task)",
         elem_id="bud-deltas",
