@@ -37,6 +37,8 @@ from envace_engine.testtime.memory import MemoryConfig
 
 if TYPE_CHECKING:
     from envace_engine.models import ModelSpec
+    from envace_engine.study.stats import Estimate
+    from envace_engine.testtime.evaluate import SweepPoint
 
 _MEMORY_TOKENS = MemoryConfig().max_new_tokens
 
@@ -301,7 +303,7 @@ def _eval_rows(result: Any) -> list[dict[str, Any]]:
 SWEEP_BOOTSTRAP = 2000  # task resamples of a sweep's Δ intervals (as the study's default)
 
 
-def sweep_deltas(points: Sequence[Any], resamples: int, seed: int) -> dict[int, Any]:
+def sweep_deltas(points: Sequence[SweepPoint], resamples: int, seed: int) -> dict[int, Estimate]:
     """Success Δ of each rehearsal point vs its checkpoint's plain N = 0 point, by index.
 
     A task's success rate over its repeats is the unit: the Δ is paired over the tasks both
@@ -311,7 +313,7 @@ def sweep_deltas(points: Sequence[Any], resamples: int, seed: int) -> dict[int, 
     """
     from envace_engine.study.stats import paired_difference
 
-    def rates(point: Any) -> dict[str, float]:
+    def rates(point: SweepPoint) -> dict[str, float]:
         return {t.task_id: t.successes / max(len(t.rewards), 1) for t in point.tasks}
 
     plain = {p.checkpoint: rates(p) for p in points if p.setting.budget == 0}
@@ -356,7 +358,7 @@ def _sweep_rows(points: Sequence[Any], seed: int = 0) -> list[dict[str, Any]]:
     ]
 
 
-def _delta_text(est: Any) -> str:
+def _delta_text(est: Estimate | None) -> str:
     """``+0.031 [-0.016, +0.078]``, or ``-`` where there is no Δ."""
     return "-" if est is None else f"{est.mean:+.3f} [{est.low:+.3f}, {est.high:+.3f}]"
 
