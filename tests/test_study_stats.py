@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from envace_engine.study.stats import bootstrap_mean, paired_difference, quantile
+from envace_engine.study.stats import bootstrap_mean, paired_by_task, paired_difference, quantile
 
 
 def test_quantile_interpolates():
@@ -40,3 +40,12 @@ def test_paired_difference_uses_the_same_tasks():
         paired_difference([1.0], [1.0, 0.0], 10, 0)
     with pytest.raises(ValueError, match="no tasks"):
         bootstrap_mean([], 10, 0)
+
+
+def test_paired_by_task_pairs_the_shared_tasks_in_id_order():
+    a = {"t2": 1.0, "t1": 0.5, "t3": 1.0}
+    b = {"t1": 0.0, "t2": 1.0, "t9": 0.0}  # t3 and t9 are not shared: left out
+    est = paired_by_task(a, b, resamples=500, seed=3)
+    assert est == paired_difference([0.5, 1.0], [0.0, 1.0], resamples=500, seed=3)
+    assert est is not None and est.n == 2 and est.mean == pytest.approx(0.25)
+    assert paired_by_task(a, {"t9": 1.0}, resamples=500, seed=3) is None

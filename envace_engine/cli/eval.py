@@ -300,18 +300,15 @@ def _eval_rows(result: Any) -> list[dict[str, Any]]:
     ]
 
 
-SWEEP_BOOTSTRAP = 2000  # task resamples of a sweep's Δ intervals (as the study's default)
-
-
 def sweep_deltas(points: Sequence[SweepPoint], resamples: int, seed: int) -> dict[int, Estimate]:
     """Success Δ of each rehearsal point vs its checkpoint's plain N = 0 point, by index.
 
     A task's success rate over its repeats is the unit: the Δ is paired over the tasks both
     points evaluated, with a 95 % percentile-bootstrap interval over tasks
-    (``study.stats.paired_difference``, as the study's test-time table). Without an N = 0
+    (``study.stats.paired_by_task``, as the study's test-time table). Without an N = 0
     point for the checkpoint there is nothing to compare with, and no entry.
     """
-    from envace_engine.study.stats import paired_difference
+    from envace_engine.study.stats import paired_by_task
 
     def rates(point: SweepPoint) -> dict[str, float]:
         return {t.task_id: t.successes / max(len(t.rewards), 1) for t in point.tasks}
@@ -320,13 +317,10 @@ def sweep_deltas(points: Sequence[SweepPoint], resamples: int, seed: int) -> dic
     out = {}
     for i, point in enumerate(points):
         base = plain.get(point.checkpoint)
-        if base is None or point.setting.budget == 0:
-            continue
-        mine = rates(point)
-        common = sorted(base.keys() & mine.keys())
-        if common:
-            a, b = [mine[t] for t in common], [base[t] for t in common]
-            out[i] = paired_difference(a, b, resamples, seed)
+        if base is not None and point.setting.budget > 0:
+            est = paired_by_task(rates(point), base, resamples, seed)
+            if est is not None:
+                out[i] = est
     return out
 
 
@@ -339,7 +333,9 @@ def _sweep_rows(points: Sequence[Any], seed: int = 0) -> list[dict[str, Any]]:
         return m["sweep/rehearsal_tokens"] + m["sweep/memory_tokens"]
 
     front = set(pareto_front([(overhead(p.metrics), p.metrics["sweep/success"]) for p in points]))
-    deltas = sweep_deltas(points, SWEEP_BOOTSTRAP, seed)
+    from envace_engine.study.stats import RESAMPLES
+
+    deltas = sweep_deltas(points, RESAMPLES, seed)
     return [
         {
             "step": p.step,

@@ -31,6 +31,7 @@ from envace_engine.config import (
     Section,
     TrainConfig,
 )
+from envace_engine.study.stats import RESAMPLES
 
 ArmName = Literal["envace", "real-grpo", "act-only", "shared-baseline", "simulator"]
 ARMS: tuple[str, ...] = ("envace", "real-grpo", "act-only", "shared-baseline", "simulator")
@@ -91,7 +92,7 @@ class StudyEval(Section):
     )
     temperature: float = Field(EVAL_TEMPERATURE, gt=0)
     memory_tokens: int = Field(96, ge=1)
-    bootstrap: int = Field(2000, ge=100, description="bootstrap resamples for the 95 % CIs")
+    bootstrap: int = Field(RESAMPLES, ge=100, description="bootstrap resamples for the 95 % CIs")
     base: bool = Field(True, description="also evaluate the base model (before SFT)")
     base_examples: int = Field(
         2,

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 from envace_engine.study.config import StudyConfig
 from envace_engine.study.state import ArmState, CheckpointEval, SettingResult, StudyState
-from envace_engine.study.stats import Estimate, bootstrap_mean, paired_difference
+from envace_engine.study.stats import Estimate, bootstrap_mean, paired_by_task, paired_difference
 
 T = TypeVar("T")
 REPORT_JSON = "report.json"
@@ -69,6 +69,10 @@ class Builder:
 
     def diff(self, a: list[float], b: list[float]) -> Estimate:
         return paired_difference(a, b, self.resamples, self.seed)
+
+    def diff_by_task(self, a: dict[str, float], b: dict[str, float]) -> Estimate | None:
+        """``a - b`` paired over the tasks both have (None when they share none)."""
+        return paired_by_task(a, b, self.resamples, self.seed)
 
     def plain(self, name: str) -> dict[str, float] | None:
         record = self.state.evals.get(name)
@@ -116,9 +120,8 @@ class Builder:
                     "rehearsal_tokens": result.rehearsal_tokens + result.memory_tokens,
                     "wall_s": result.wall_s,
                 }
-                if base is not None and label != PLAIN:
-                    common = _common(result.success, base)
-                    d = self.diff(_values(result.success, common), _values(base, common))
+                d = self.diff_by_task(result.success, base) if base and label != PLAIN else None
+                if d is not None:
                     row["delta"] = d.as_dict()
                     row["effect"] = effect(d)
                 rows.append(row)
@@ -202,10 +205,9 @@ class Builder:
         sft, env = self._fid("sft"), self._fid("envace")
         if sft is None or env is None:
             return not_run(text, "needs the sft and envace fidelity evaluations")
-        common = _common(sft.exact_by_task, env.exact_by_task)
-        if not common:
+        d = self.diff_by_task(env.exact_by_task, sft.exact_by_task)
+        if d is None:
             return not_run(text, "no held-out task has rehearsed-vs-real pairs for both")
-        d = self.diff(_values(env.exact_by_task, common), _values(sft.exact_by_task, common))
         curve = [
             p["heldout/fidelity_exact"]
             for _, p in sorted(
@@ -222,8 +224,10 @@ class Builder:
     def _plain_diff(self, a: str, b: str) -> Estimate:
         pa, pb = self.plain(a), self.plain(b)
         assert pa is not None and pb is not None
-        common = _common(pa, pb)
-        return self.diff(_values(pa, common), _values(pb, common))
+        d = self.diff_by_task(pa, pb)
+        if d is None:
+            raise ValueError(f"{a} and {b} were evaluated on no common task")
+        return d
 
     def claim_b(self) -> dict[str, Any]:
         text = "(b) real-env success of envace ≥ real-grpo at equal steps"

@@ -10,8 +10,10 @@ tasks, so each resample takes the same tasks for both.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+RESAMPLES = 2000  # task resamples behind a 95 % interval, unless a study config says otherwise
 
 
 @dataclass(frozen=True)
@@ -61,3 +63,14 @@ def paired_difference(
     if len(a) != len(b):
         raise ValueError(f"paired difference needs the same tasks: {len(a)} vs {len(b)} values")
     return bootstrap_mean([x - y for x, y in zip(a, b, strict=True)], resamples, seed)
+
+
+def paired_by_task(
+    a: Mapping[str, float], b: Mapping[str, float], resamples: int, seed: int
+) -> Estimate | None:
+    """``paired_difference`` of two per-task values (task id -> value) over the tasks both
+    have, in task-id order; None when they share no task."""
+    common = sorted(a.keys() & b.keys())
+    if not common:
+        return None
+    return paired_difference([a[t] for t in common], [b[t] for t in common], resamples, seed)

@@ -115,29 +115,23 @@ def sweep_frame(ctx: Studio, run_id: str) -> pd.DataFrame:
 
 
 DELTA_COLUMNS = ["mode", "budget", "success", "delta", "low", "high", "tasks"]
-BOOTSTRAP = 2000  # task resamples, as the study's default and ``envace sweep``'s table
 
 
 def deltas(results: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
     """Per rehearsal setting: success, its Δ vs N = 0 of the same mode's curve and the 95 %
     bootstrap CI over tasks, paired by task (a task's success rate over its repeats in both),
     as ``envace sweep`` prints and the study's test-time table computes (``study.stats``)."""
-    from envace_engine.study.stats import paired_difference
+    from envace_engine.study.stats import RESAMPLES, paired_by_task
 
-    rows = []
     rates = results.groupby(["mode", "budget", "task_id"])["success"].mean()
-    for (mode, n), group in rates.groupby(level=["mode", "budget"]):
-        plain = rates.get((mode, 0))
-        if n == 0 or plain is None:
-            continue
-        mine = group.droplevel(["mode", "budget"])
-        common = sorted(set(mine.index) & set(plain.index))
-        if not common:
-            continue
-        est = paired_difference(
-            list(mine[common]), list(plain[common]), resamples=BOOTSTRAP, seed=seed
-        )
-        rows.append([mode, n, mine[common].mean(), est.mean, est.low, est.high, est.n])
+    by_setting = {key: dict(group.droplevel([0, 1])) for key, group in rates.groupby(level=[0, 1])}
+    rows = []
+    for (mode, n), mine in by_setting.items():
+        plain = by_setting.get((mode, 0), {})
+        est = paired_by_task(mine, plain, RESAMPLES, seed) if n else None
+        if est is not None:
+            success = sum(mine[t] for t in plain.keys() & mine.keys()) / est.n
+            rows.append([mode, n, success, est.mean, est.low, est.high, est.n])
     return pd.DataFrame(rows, columns=DELTA_COLUMNS).round(3)
 
 
@@ -148,8 +142,7 @@ def show_sweep(ctx: Studio, run_id: str | None) -> tuple[object, pd.DataFrame, p
         return charts.budget(empty), per_task(empty), _no_deltas(), "Pick or run a sweep."
     results = sweep_frame(ctx, run_id)
     progress = runs_page.progress_text(ctx, run_id)
-    table = deltas(results) if not results.empty else _no_deltas()
-    return charts.budget(results), per_task(results), table, progress
+    return charts.budget(results), per_task(results), deltas(results), progress
 
 
 def _no_deltas() -> pd.DataFrame:
