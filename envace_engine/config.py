@@ -60,6 +60,12 @@ class RolloutSettings(Section):
         description="a rehearsed INVALID_* error ends the episode (EnvACE's code); false: the "
         "agent reads it as a tool message and goes on, as after a real tool's error",
     )
+    check_calls: bool = Field(
+        False,
+        description="check each rehearsed or simulated call against the offered tool schemas "
+        "first: a call the real tools would refuse before running (unknown tool, arguments "
+        "against the schema) gets their error and the world role is not asked",
+    )
     sampler_batch_size: int = Field(32, ge=1, description="prompts per HF forward batch")
     sampler_dtype: SamplerDtype = Field(
         "auto",

@@ -209,16 +209,29 @@ class CallRecord:
 
     ``rehearsed`` is the parsed world-role answer (rehearsal mode), ``real`` the real
     environment's answer (real mode, or the shadow environment in rehearsal mode),
-    ``simulated`` a frozen simulator's answer. ``shown`` names the one the agent saw.
+    ``simulated`` a frozen simulator's answer, ``checked`` the schema check's error for a call
+    it refused before the world role was asked (``RolloutConfig.check_calls``). ``shown``
+    names the one the agent saw.
     """
 
     turn: int  # user turn index
     step: int  # which agent reply of the episode made the call, counting from 1
     call: ToolCall
-    shown: str  # "rehearsed" | "real" | "simulated"
+    shown: str  # "rehearsed" | "real" | "simulated" | "checked"
     rehearsed: ToolResult | None = None
     real: ToolResult | None = None
     simulated: ToolResult | None = None
+    checked: ToolResult | None = None
+
+    def seen(self) -> ToolResult | None:
+        """The answer the agent saw (None: an unparseable rehearsal or simulation)."""
+        answers = {
+            "rehearsed": self.rehearsed,
+            "real": self.real,
+            "simulated": self.simulated,
+            "checked": self.checked,
+        }
+        return answers.get(self.shown)
 
 
 @dataclass(frozen=True)

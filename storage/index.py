@@ -42,6 +42,8 @@ LONG_CALL_COLUMNS = frozenset(
         "rehearsed_message",
         "real_message",
         "simulated_message",
+        "checked_json",
+        "checked_message",
     }
 )
 INDEXED = {

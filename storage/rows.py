@@ -52,7 +52,12 @@ _META_ENCODER = json.JSONEncoder(sort_keys=True, default=str)
 # _answer of an absent answer: no columns, nothing to score.
 _ABSENT = (None, None, None, None)
 _RESULT_PARTS = ("json", "error", "message")
-_ANSWER_KINDS = ("rehearsed", "real", "simulated")  # CallRecord's answers, each with columns
+_ANSWER_KINDS = (
+    "rehearsed",
+    "real",
+    "simulated",
+    "checked",
+)  # CallRecord's answers, each with columns
 # Fidelity's fields in order, as calls columns: its ``score`` is the ``fidelity`` column.
 _TIER_COLUMNS = tuple("fidelity" if f.name == "score" else f.name for f in fields(Fidelity))
 _UNSCORED: tuple[None, ...] = (None,) * len(fields(Fidelity))  # tiers of a call with no pair
@@ -255,7 +260,7 @@ def stage_calls(run_id: str, step: int, episodes: Sequence[Episode], first: int 
         else:  # no call got this kind of answer (simulated, outside simulator mode)
             *parts, scoring_texts[kind] = [(None,) * n] * 4  # tuples, as zip gives above
         columns.update(zip((f"{kind}_{part}" for part in _RESULT_PARTS), parts, strict=True))
-        if kind != "simulated":  # the schema has no simulated_status
+        if kind in ("rehearsed", "real"):  # the schema has no simulated_ or checked_status
             columns[f"{kind}_status"] = [
                 None if r is None else ("ok" if r.error is None else "error") for r in answered
             ]

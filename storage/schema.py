@@ -83,6 +83,11 @@ CALLS = pa.schema(
         ("simulated_json", pa.string()),
         ("simulated_error", pa.string()),
         ("simulated_message", pa.string()),
+        # the schema check's error for a call it refused before the world role was asked
+        # (RolloutConfig.check_calls; shown = "checked"): code and message, json always null
+        ("checked_json", pa.string()),
+        ("checked_error", pa.string()),
+        ("checked_message", pa.string()),
         ("rehearsed_status", pa.string()),  # "ok" | "error" | null (not rehearsed)
         ("real_status", pa.string()),
         ("pair_source", pa.string()),  # "rehearsed" | "simulated" | null (no pair to score)
@@ -152,6 +157,7 @@ DICTIONARY_COLUMNS = frozenset(
         "rehearsed_error",
         "real_error",
         "simulated_error",
+        "checked_error",
         "group_id",
         "task_id",
         "suite",

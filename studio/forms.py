@@ -80,6 +80,8 @@ class LaunchRequest(BaseModel):
     tasks: int = Field(default=8, ge=1, le=10_000)
     budgets: tuple[int, ...] = (0, 1, 2)
     modes: tuple[Literal["parallel", "sequential", "select"], ...] = ("parallel",)
+    # eval/sweep: the schema check before the world role (docs/rehearsal.md, *Checked calls*)
+    check_calls: bool = ROLLOUT_DEFAULTS.check_calls
     seed: int = Field(default=0, ge=0)
     max_turns: int = Field(default=ROLLOUT_DEFAULTS.max_turns, ge=1, le=64)
     max_new_tokens: int = Field(default=ROLLOUT_DEFAULTS.max_new_tokens_act, ge=1, le=4096)
@@ -152,6 +154,7 @@ class LaunchRequest(BaseModel):
                 str(self.episodes),
                 "--seed",
                 str(self.seed),
+                *(["--check-calls"] if self.check_calls else []),
                 "--run-dir",
                 "{run_dir}",
                 *(["--user", self.user] if self.user else []),
@@ -170,6 +173,7 @@ class LaunchRequest(BaseModel):
                 ",".join(self.modes),
                 "--seed",
                 str(self.seed),
+                *(["--check-calls"] if self.check_calls else []),
                 "--run-dir",
                 "{run_dir}",
             ]

@@ -260,6 +260,7 @@ def test_cli_eval_writes_a_run(tmp_path):
         "0",
         "--dtype",
         "float32",
+        "--check-calls",
         "--run-dir",
         str(tmp_path / "runs" / "eval-cli"),
     ]
@@ -271,4 +272,5 @@ def test_cli_eval_writes_a_run(tmp_path):
         assert metrics.loc[0, "eval/repeats"] == 2.0 and metrics.loc[0, "eval/budget"] == 1.0
         episodes = store.episodes(run_id="eval-cli")
         assert sorted(episodes["mode"]) == ["real", "real", "rehearsal", "rehearsal"]
-        assert store.run("eval-cli").manifest.config["dtype"] == "float32"
+        config = store.run("eval-cli").manifest.config
+        assert config["dtype"] == "float32" and config["check_calls"] is True

@@ -77,6 +77,13 @@ def test_launch_form_offers_every_suite_and_tau2_takes_a_user():
         runs.forms.parse({"kind": "eval", "model": "tiny", "suite": "tau2-mock", "user": "gpt-17"})
 
 
+def test_the_sweep_form_passes_the_schema_check_on():
+    form = {"kind": "sweep", "model": "tiny", "suite": "toy", "modes": ("select",)}
+    assert "--check-calls" not in runs.forms.parse(form).argv()
+    argv = runs.forms.parse({**form, "check_calls": True}).argv()
+    assert "--check-calls" in argv and argv[argv.index("--rehearsal") + 1] == "select"
+
+
 def test_launch_needs_sign_in_when_hosted(locked):
     message, run_id = runs.launch(
         locked, None, {"kind": "rollout", "model": "tiny", "suite": "toy"}

@@ -90,6 +90,14 @@ ExamplesOpt = Annotated[
         "--examples", min=0, help="worked examples in prompts (default: the checkpoint's)"
     ),
 ]
+CheckOpt = Annotated[
+    bool,
+    typer.Option(
+        "--check-calls/--no-check-calls",
+        help="imagined episodes: a call the tools' schemas refuse gets the real tools' error, "
+        "the world role is not asked",
+    ),
+]
 ThresholdOpt = Annotated[
     float, typer.Option("--success-threshold", help="reward that counts as success (0, 1]")
 ]
@@ -259,6 +267,7 @@ def _prepare(suite: str, split: str | None, n_tasks: int, opts: dict[str, Any]) 
             max_new_tokens_rehearse=opts["max_new_tokens_rehearse"],
             n_examples=opts["examples"],
             rehearse_history=opts["rehearse_history"],
+            check_calls=opts.get("check_calls", _D.check_calls),
             max_steps=opts.get("max_steps", 200),
         )
         suite_obj, tasks, pool = _tasks(suite, split, n_tasks, opts.get("basis"))
@@ -384,6 +393,7 @@ def eval_command(
     rehearse_history: HistoryOpt = None,
     memory_tokens: MemoryOpt = _MEMORY_TOKENS,
     examples: ExamplesOpt = None,
+    check_calls: CheckOpt = _D.check_calls,
     success_threshold: ThresholdOpt = 1.0,
     batch_size: BatchOpt = EVAL_BATCH_SIZE,
     dtype: DtypeOpt = "auto",
@@ -456,6 +466,7 @@ def sweep_command(
     rehearse_history: HistoryOpt = None,
     memory_tokens: MemoryOpt = _MEMORY_TOKENS,
     examples: ExamplesOpt = None,
+    check_calls: CheckOpt = _D.check_calls,
     success_threshold: ThresholdOpt = 1.0,
     batch_size: BatchOpt = EVAL_BATCH_SIZE,
     dtype: DtypeOpt = "auto",
@@ -514,6 +525,7 @@ _RECORDED = frozenset(
         "memory_tokens",
         "examples",
         "rehearse_history",
+        "check_calls",
         "success_threshold",
         "basis",
         "user",

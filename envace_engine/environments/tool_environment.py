@@ -12,7 +12,7 @@ code become ``TOOL_EXECUTION_ERROR`` results. Error dicts a backend returns itse
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +56,34 @@ def jsonable(value: Any) -> Any:
 def public_state(instance: Any) -> dict[str, Any]:
     """The public attributes of a backend instance as JSON (what BFCL's state check compares)."""
     return {k: jsonable(v) for k, v in vars(instance).items() if not k.startswith("_")}
+
+
+def parameter_schemas(tools: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Tool name -> its parameters' JSON schema (the first schema of a repeated name wins)."""
+    schemas: dict[str, dict[str, Any]] = {}
+    for tool in tools:
+        schemas.setdefault(tool_name(tool), tool["function"].get("parameters", {}))
+    return schemas
+
+
+def check_call(call: ToolCall, schemas: Mapping[str, dict[str, Any]]) -> ToolError | None:
+    """The error a tool layer returns before running anything, or None when ``call`` passes.
+
+    ``schemas`` maps each offered tool's name to its parameters' schema
+    (``parameter_schemas``). The check needs nothing but the call and the schemas, so a rollout
+    can apply it to a call no environment will run (``RolloutConfig.check_calls``) and give
+    exactly the error the real tools would.
+    """
+    schema = schemas.get(call.name) if isinstance(call.name, str) else None
+    if schema is None:
+        names = ", ".join(sorted(schemas))
+        return ToolError(
+            TOOL_NOT_AVAILABLE,
+            f"no tool named {call.name!r} is available; available tools: {names}",
+            call.raw,
+        )
+    problem = check_object(call.arguments, schema, f"{call.name} arguments")
+    return None if problem is None else ToolError(INVALID_PARAMETERS, problem, call.raw)
 
 
 class ToolEnvironment:
@@ -111,19 +139,9 @@ class ToolEnvironment:
 
     def invoke(self, call: ToolCall) -> RawOutcome:
         """Validate and run one call; the backend's raw return value or a ``ToolError``."""
-        schema = self._schemas.get(call.name) if isinstance(call.name, str) else None
-        if schema is None:
-            names = ", ".join(sorted(self._schemas))
-            return RawOutcome(
-                error=ToolError(
-                    TOOL_NOT_AVAILABLE,
-                    f"no tool named {call.name!r} is available; available tools: {names}",
-                    call.raw,
-                )
-            )
-        problem = check_object(call.arguments, schema, f"{call.name} arguments")
-        if problem:
-            return RawOutcome(error=ToolError(INVALID_PARAMETERS, problem, call.raw))
+        refused = check_call(call, self._schemas)
+        if refused is not None:
+            return RawOutcome(error=refused)
         # The name comes from our own schema table (checked above), never from model text.
         method = getattr(self.instances[self._owners[call.name]], call.name)
         try:

@@ -28,6 +28,7 @@ from typing import Any
 
 from envace_engine.config import ROLLOUT_DEFAULTS as _D
 from envace_engine.environments.base import Environment, ScoringBasis, Suite
+from envace_engine.environments.tool_environment import check_call, parameter_schemas
 from envace_engine.rollout.parsing import INVALID_CALL_CODES, parse_rehearsal, parse_tool_calls
 from envace_engine.rollout.prompts import (
     Message,
@@ -81,6 +82,10 @@ class RolloutConfig:
     # correct flag scores as a failure, which GRPO holds against the world role (docs/method.md
     # §7). False makes the rehearsed error a tool message, as a real tool's error is.
     end_on_invalid_rehearsal: bool = _D.end_on_invalid_rehearsal
+    # Rehearsal/simulator mode: a call the tool layer would refuse before running anything
+    # (environments.tool_environment.check_call) gets that error and no world generation; the
+    # agent reads it as a tool message, as after a real tool's error (docs/rehearsal.md).
+    check_calls: bool = _D.check_calls
     simulator: Sampler | None = None  # the frozen simulator (simulator mode)
     simulator_tokenizer: Any = None  # its tokenizer when it differs from the policy's
     shadow_real: bool = True  # rehearsal/simulator mode: record real answers beside them
@@ -375,6 +380,11 @@ class _Runner(TurnMixin):
 
     def _prepare_world(self, live: _Live) -> None:
         assert live.reply is not None
+        if self.config.check_calls:
+            self._answer_refused(live)
+            if len(live.answered) == len(live.pending):
+                self._commit(live, Role.TOOL)
+                return
         call = live.pending[len(live.answered)]
         history = live.messages[live.history_start :]
         messages = rehearse_messages(live.ctx, history, live.reply.content, call, live.answered)
@@ -386,6 +396,22 @@ class _Runner(TurnMixin):
             )
         elif cfg.mode is Mode.REHEARSAL and live.sampled >= cfg.max_episode_tokens:
             live.end(StopReason.TOKEN_LIMIT, f"{live.sampled} tokens sampled")
+
+    def _answer_refused(self, live: _Live) -> None:
+        """Answer the pending calls the schema check refuses, in order, up to the next one it
+        passes: the check's error is what the agent sees, and the world role is not asked."""
+        schemas = parameter_schemas(live.ctx.tools)  # the tools offered now (BFCL adds some)
+        while len(live.answered) < len(live.pending):
+            call = live.pending[len(live.answered)]
+            refused = check_call(call, schemas)
+            if refused is None:
+                return
+            checked = ToolResult(error=refused)
+            real = live.env.execute(call) if live.env is not None else None
+            live.calls.append(
+                CallRecord(live.turn, live.step, call, "checked", real=real, checked=checked)
+            )
+            live.answered.append((call, checked))
 
     def on_world(self, live: _Live, gen: Generation) -> None:
         """Record one rehearsal (or simulation) and move to the next call or the next act."""

@@ -51,8 +51,7 @@ def transcript(episode: Episode, max_chars: int) -> str:
     """What the agent saw in one imagined episode: calls with imagined results, answers, ending."""
     seen = []
     for record in episode.calls:
-        shown = {"rehearsed": record.rehearsed, "real": record.real, "simulated": record.simulated}
-        seen.append(Seen(record.turn, record.call, shown.get(record.shown)))
+        seen.append(Seen(record.turn, record.call, record.seen()))
     ending = str(episode.stop_reason)
     if episode.stop_detail:
         ending += f" ({episode.stop_detail})"

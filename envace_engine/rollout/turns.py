@@ -42,8 +42,7 @@ def _name(tool: dict[str, Any]) -> str:
 
 
 def _shown_error(record: CallRecord) -> bool:
-    answer = {"rehearsed": record.rehearsed, "real": record.real, "simulated": record.simulated}
-    result = answer.get(record.shown)
+    result = record.seen()
     return result is not None and not result.ok
 
 

@@ -14,8 +14,9 @@ policy after the same prompt — chosen among N by what the agent imagined would
 
 1. ``finished``: it reached a final answer (stop reason ``done``), rather than ending on a
    malformed or truncated reply or a turn, token or context limit;
-2. ``errors``: fewer rehearsed tool results that were errors (as the policy's world role wrote
-   them; an unparseable rehearsal counts as one);
+2. ``errors``: fewer tool results shown to the agent that were errors (as the policy's world
+   role wrote them, or as the schema check refused the call with ``check_calls``; an
+   unparseable rehearsal counts as one);
 3. ``confidence``: higher mean log-prob per act token the policy sampled in it.
 
 Ties go to the earlier episode. An imagined episode without a sampled first reply (a sampler
@@ -51,7 +52,7 @@ class Outlook:
 
 def outlook(episode: Episode) -> Outlook:
     """The imagined episode's outlook, from its stop reason, rehearsals and act log-probs."""
-    errors = sum(1 for c in episode.calls if c.rehearsed is None or not c.rehearsed.ok)
+    errors = sum(1 for c in episode.calls if (seen := c.seen()) is None or not seen.ok)
     logprobs = [
         lp for s in episode.segments if s.role is Role.ACT and s.logprobs for lp in s.logprobs
     ]

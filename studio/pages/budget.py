@@ -211,6 +211,12 @@ def build(ctx: Studio, user: gr.State, tab: gr.Tab) -> None:
             precision=0,
             elem_id="bud-tokens",
         )
+        check = gr.Checkbox(
+            forms.default("check_calls"),
+            label="schema check before the world role",
+            info="imagined calls the tool schemas refuse get the real tools' error",
+            elem_id="bud-check",
+        )
         go = gr.Button("Run sweep", variant="primary", elem_id="bud-run")
     message = gr.Markdown(elem_id="bud-message")
     with gr.Row():
@@ -248,6 +254,7 @@ def build(ctx: Studio, user: gr.State, tab: gr.Tab) -> None:
         "modes": modes,
         "max_turns": max_turns,
         "max_new_tokens": max_new,
+        "check_calls": check,
     }
     go.click(
         lambda u, *v: launch_sweep(ctx, u, dict(zip(form, v, strict=True))),

@@ -59,8 +59,9 @@ def _pretty(text: str | None) -> str:
 
 
 def response_text(call: dict[str, Any], source: str) -> str | None:
-    """One answer of a call (``rehearsed``/``real``/``simulated``) as display text, or None."""
-    status = call.get(f"{source}_status") if source != "simulated" else None
+    """One answer of a call (``rehearsed``/``real``/``simulated``/``checked``) as display text,
+    or None."""
+    status = call.get(f"{source}_status") if source in ("rehearsed", "real") else None
     error = call.get(f"{source}_error")
     if _present(error):
         message = call.get(f"{source}_message")
@@ -68,7 +69,7 @@ def response_text(call: dict[str, Any], source: str) -> str | None:
     value = call.get(f"{source}_json")
     if _present(value):
         return f"```json\n{_pretty(value)}\n```"
-    return None if status is None else "(no value)"
+    return "(no value)" if _present(status) else None
 
 
 def _call_blocks(call: dict[str, Any], index: int, raw: str | None) -> list[dict[str, Any]]:
@@ -93,11 +94,13 @@ def _call_blocks(call: dict[str, Any], index: int, raw: str | None) -> list[dict
             },
         }
     ]
-    for source in ("rehearsed", "real", "simulated"):
+    for source in ("rehearsed", "checked", "real", "simulated"):
         text = response_text(call, source)
         if text is None and source == "rehearsed" and raw is not None:
             text, source = f"```\n{raw}\n```", "rehearsed"
             title = "rehearsed response (unparseable)"
+        elif source == "checked":  # RolloutConfig.check_calls refused it: no world generation
+            title = "schema check (the world role was not asked)"
         else:
             title = f"{source} response"
         if text is not None:

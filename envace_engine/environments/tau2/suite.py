@@ -31,7 +31,7 @@ from envace_engine.environments.tau2.env import (
     state_hash,
 )
 from envace_engine.environments.tau2.user_prompt import scripted_opening, user_system
-from envace_engine.types import Episode, MetaKey, StopReason, Task, TaskKey, ToolCall
+from envace_engine.types import CallRecord, Episode, MetaKey, StopReason, Task, TaskKey, ToolCall
 
 # Conversations the user (or the replayed script) ended: the only ones that can score.
 GATE_OK = frozenset({StopReason.DONE, StopReason.USER_STOP})
@@ -129,9 +129,8 @@ def gold_hash(task: Task) -> str:
     return _GOLD[task.id]
 
 
-def _shown(record: Any) -> Any:
-    result = {"rehearsed": record.rehearsed, "real": record.real, "simulated": record.simulated}
-    got = result.get(record.shown)
+def _shown(record: CallRecord) -> Any:
+    got = record.seen()
     if got is None:
         return None
     return got.value if got.ok else error_json(got.error)
