@@ -26,7 +26,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from envace_engine.training.loss import LossInputs, RoleMetrics, policy_loss
-from envace_engine.training.optimize import truncated_is
+from envace_engine.training.optimize import mismatch, truncated_is
 
 RATIOS = [[1.0, 1.5, 0.5], [0.5, 1.5, 4.0]]
 
@@ -216,3 +216,23 @@ def test_bad_arguments_are_named():
             LossInputs(bad.logprobs, bad.old_logprobs, torch.ones(3), bad.mask, bad.role_ids)
         )
     assert RoleMetrics().loss == 0.0
+
+
+def test_mismatch_sums_by_hand_and_k3_never_rounds_below_zero():
+    """d = trainer - sampler log-prob per token; k3 = exp(d) - d - 1, by hand:
+    d = 0.5 -> 1.6487212707 - 1.5 = 0.1487212707; d = -0.002 -> 0.9980019987 - 0.998 =
+    1.9986673e-6; d = 1e-6 -> 5.0e-13 (the fp32 formula gives a negative number here)."""
+    sampler = torch.tensor([[-1.0, -1.0, -2.0, -3.0]])
+    trainer = torch.tensor([[-0.5, -1.002, -2.0 + 1e-6, -9.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])  # the last token is not trained
+    m = mismatch(trainer, sampler, mask)
+    d = (trainer - sampler)[0, :3].double()  # the float32 differences the sums see
+    assert m.tokens == 3
+    assert m.abs_sum == pytest.approx(float(d.abs().sum()), rel=1e-12)
+    assert m.abs_sum == pytest.approx(0.5 + 0.002 + 1e-6, rel=1e-4)
+    assert m.k3_sum == pytest.approx(0.1487212707 + 1.9986673e-6 + 5.0e-13, rel=1e-6)
+    one = torch.ones(1, 1)
+    small = mismatch(torch.tensor([[-0.002]]), torch.zeros(1, 1), one).k3_sum
+    assert small == pytest.approx(1.9986673e-6, rel=1e-5)  # fp32's formula: 2.0266e-6
+    tiny = mismatch(torch.tensor([[1e-6]]), torch.zeros(1, 1), one).k3_sum
+    assert tiny == pytest.approx(5.0e-13, rel=1e-2)  # fp32's formula: -5.96e-8

@@ -125,7 +125,9 @@ class Mismatch:
     batch, so before the step the policy is the one that sampled): any difference is numerics —
     bf16 vs fp32, batched vs cached attention, another engine (SGLang). ``abs_sum`` sums
     ``|logp_trainer - logp_sampler|``; ``k3_sum`` sums the k3 estimate of KL(sampler || trainer),
-    ``exp(d) - d - 1`` with ``d = logp_trainer - logp_sampler`` (>= 0, low variance).
+    ``exp(d) - d - 1`` with ``d = logp_trainer - logp_sampler`` (>= 0, low variance), computed
+    as ``expm1(d) - d`` in float64: in float32 ``exp(d) - d - 1`` rounds to a small negative
+    number when |d| is about 1e-6, as an fp32 sampler and trainer give.
     """
 
     abs_sum: float = 0.0
@@ -148,8 +150,8 @@ def mismatch(logprobs: Any, old_logprobs: Any, mask: Any) -> Mismatch:
     import torch
 
     with torch.no_grad():
-        d = (logprobs.detach() - old_logprobs) * mask
-        k3 = (torch.exp(d) - d - 1) * mask
+        d = ((logprobs.detach() - old_logprobs) * mask).double()
+        k3 = (torch.expm1(d) - d) * mask
     return Mismatch(float(d.abs().sum()), float(k3.sum()), int(mask.sum()))
 
 
