@@ -133,7 +133,7 @@ def _shown(record: CallRecord) -> Any:
     got = record.seen()
     if got is None:
         return None
-    return got.value if got.ok else error_json(got.error)
+    return got.value if got.error is None else error_json(got.error)
 
 
 def conversation(task: Task, episode: Episode) -> str:
