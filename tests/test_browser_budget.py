@@ -3,6 +3,8 @@ sweep form, and saving the chosen budget."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.browser import chromium_page, studio_server
@@ -48,9 +50,12 @@ def test_tiny_sweep_job_draws_its_chart(tmp_path, monkeypatch):
         ):
             fill(page, elem_id, value)
         page.locator("#bud-modes").get_by_text("sequential", exact=True).click()  # untick
+        page.locator("#bud-check").get_by_text("schema check").click()  # tick
         page.locator("#bud-run").click()
         page.locator("#bud-message").get_by_text("Launched").wait_for(timeout=LOAD_MS)
         page.locator("#bud-progress").get_by_text("— done:").wait_for(timeout=600_000)
         page.get_by_text("parallel N=1").filter(visible=True).first.wait_for(timeout=LOAD_MS)
         page.locator("#bud-chart .vega-embed").first.wait_for(timeout=LOAD_MS)
         shot(page, "budget-sweep")
+    (manifest,) = [p for p in tmp_path.glob("runs/*/run.json") if "sweep" in p.read_text()]
+    assert json.loads(manifest.read_text())["config"]["check_calls"] is True
