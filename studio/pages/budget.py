@@ -211,13 +211,16 @@ def build(ctx: Studio, user: gr.State, tab: gr.Tab) -> None:
             precision=0,
             elem_id="bud-tokens",
         )
+    with gr.Row(equal_height=True):
         check = gr.Checkbox(
             forms.default("check_calls"),
             label="schema check before the world role",
-            info="imagined calls the tool schemas refuse get the real tools' error",
+            info="an imagined call the tool schemas refuse gets the real tools' error "
+            "(docs/rehearsal.md, Checked calls)",
             elem_id="bud-check",
+            scale=3,
         )
-        go = gr.Button("Run sweep", variant="primary", elem_id="bud-run")
+        go = gr.Button("Run sweep", variant="primary", elem_id="bud-run", scale=1)
     message = gr.Markdown(elem_id="bud-message")
     with gr.Row():
         pick = gr.Dropdown(
