@@ -52,12 +52,8 @@ _META_ENCODER = json.JSONEncoder(sort_keys=True, default=str)
 # _answer of an absent answer: no columns, nothing to score.
 _ABSENT = (None, None, None, None)
 _RESULT_PARTS = ("json", "error", "message")
-_ANSWER_KINDS = (
-    "rehearsed",
-    "real",
-    "simulated",
-    "checked",
-)  # CallRecord's answers, each with columns
+# CallRecord's answers, each with columns
+_ANSWER_KINDS = ("rehearsed", "real", "simulated", "checked")
 # Fidelity's fields in order, as calls columns: its ``score`` is the ``fidelity`` column.
 _TIER_COLUMNS = tuple("fidelity" if f.name == "score" else f.name for f in fields(Fidelity))
 _UNSCORED: tuple[None, ...] = (None,) * len(fields(Fidelity))  # tiers of a call with no pair
