@@ -132,11 +132,13 @@ def make_run(root: Path, run_id: str = "train-demo", steps: int = 2, per_step: i
     return run_id
 
 
-def make_sweep(root: Path, run_id: str = "sweep-demo") -> str:
+def make_sweep(root: Path, run_id: str = "sweep-demo", config: dict | None = None) -> str:
     """A finished sweep run laid out as testtime.evaluate.run_sweep writes it: plain N=0
     once, then parallel and sequential N=2; three tasks each; committed episodes are real-mode,
     imagined ones rehearsal-mode (they must not count)."""
-    writer = RunWriter.create(root, "sweep", model="tiny", suite="toy", run_id=run_id)
+    writer = RunWriter.create(
+        root, "sweep", model="tiny", suite="toy", run_id=run_id, config=config
+    )
     settings = [(0, 0, [0.0, 0.0, 1.0]), (2, 0, [1.0, 0.0, 1.0]), (2, 1, [1.0, 1.0, 0.5])]
     for step, (budget, sequential, rewards) in enumerate(settings):
         eps = [episode(i, step, r, mode=Mode.REAL, prefix="sw") for i, r in enumerate(rewards)]

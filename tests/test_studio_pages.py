@@ -257,6 +257,9 @@ def test_budget_sweep_chart_table_and_saved_choice(ctx):
     assert (row["low"], row["high"]) == (pytest.approx(est.low, abs=1e-3), pytest.approx(est.high))
     assert row["success"] == pytest.approx(2 / 3, abs=1e-3) and row["tasks"] == 3
     assert budget.sweep_runs(ctx) == ["sweep-demo"]
+    assert "schema-checked" not in budget.show_sweep(ctx, "sweep-demo")[3]
+    make_sweep(ctx.root, "sweep-checked", config={"check_calls": True})
+    assert "imagined calls schema-checked" in budget.show_sweep(ctx, "sweep-checked")[3]
     message, saved = budget.save_choice(ctx, "ana", "tiny", "toy", 2, "parallel", "best trade-off")
     assert message.startswith("Saved budget N=2")
     assert saved.iloc[0]["author"] == "ana"

@@ -141,8 +141,18 @@ def show_sweep(ctx: Studio, run_id: str | None) -> tuple[object, pd.DataFrame, p
         empty = pd.DataFrame()
         return charts.budget(empty), per_task(empty), _no_deltas(), "Pick or run a sweep."
     results = sweep_frame(ctx, run_id)
-    progress = runs_page.progress_text(ctx, run_id)
+    progress = runs_page.progress_text(ctx, run_id) + _checked_note(ctx, run_id)
     return charts.budget(results), per_task(results), deltas(results), progress
+
+
+def _checked_note(ctx: Studio, run_id: str) -> str:
+    """Says so when the sweep's imagined calls passed the schema check first: a sweep with and
+    one without it differ in what the imagined episodes show (docs/rehearsal.md)."""
+    try:
+        config = ctx.store.run(run_id).manifest.config
+    except KeyError:
+        return ""
+    return " · imagined calls schema-checked (--check-calls)" if config.get("check_calls") else ""
 
 
 def _no_deltas() -> pd.DataFrame:
