@@ -27,7 +27,9 @@ SUITE = get_suite("toy")
 
 
 def _warehouse_task():
-    return next(t for t in SUITE.tasks("validation") if t.meta["world"] == "warehouse")
+    """The first one-turn warehouse task of the validation split."""
+    tasks = SUITE.tasks("validation")
+    return next(t for t in tasks if t.meta["world"] == "warehouse" and len(t.user_turns) == 1)
 
 
 BAD_CALLS = [
@@ -83,11 +85,7 @@ def _script(world_prompts: list[str]):
 
 
 def _run(tokenizer, **config):
-    task = next(
-        t
-        for t in SUITE.tasks("validation")
-        if t.meta["world"] == "warehouse" and len(t.user_turns) == 1
-    )
+    task = _warehouse_task()
     world_prompts: list[str] = []
     sampler = ScriptedSampler(tokenizer, _script(world_prompts))
     cfg = RolloutConfig(n_examples=0, seed=0, max_turns=3, **config)

@@ -61,7 +61,7 @@ def _pretty(text: str | None) -> str:
 def response_text(call: dict[str, Any], source: str) -> str | None:
     """One answer of a call (``rehearsed``/``real``/``simulated``/``checked``) as display text,
     or None."""
-    status = call.get(f"{source}_status") if source in ("rehearsed", "real") else None
+    status = call.get(f"{source}_status")  # only rehearsed and real answers have a column
     error = call.get(f"{source}_error")
     if _present(error):
         message = call.get(f"{source}_message")
