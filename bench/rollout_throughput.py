@@ -293,14 +293,15 @@ def summary(
     for chain, _, n in first["calls"]:
         chains[chain] = chains.get(chain, 0) + n
     dtype_bytes = 2 if args.dtype == "bfloat16" else 4
-    params, step_bytes = roofline.weight_bytes(model, dtype_bytes, head_bytes=4)
     kv = roofline.kv_private_tokens(calls) * roofline.kv_bytes_per_token(model.config, dtype_bytes)
+    least = roofline.prefill_min(
+        [(p, ids) for (p, _), ids in zip(calls, first["made"], strict=True)]
+    )
     roof = roofline.roofline_tok_s(
         limits,
-        params,
-        step_bytes,
+        roofline.weights_of(model, dtype_bytes),
         generated=first["tokens"],
-        prefilled=first["prefilled"] or sum(len(p) for p, _ in calls),
+        prefilled=least,
         steps_min=max(chains.values()),
         kv_bytes=kv,
     )
@@ -332,6 +333,8 @@ def summary(
         "engine_tokens": first["tokens"],
         "engine_generations": first["generations"],
         "engine_steps": first["steps"],
+        "engine_prefilled": first["prefilled"],
+        "prefill_min": least,
         "steps_min": max(chains.values()),
         "naive_tokens": naive.tokens,
         "naive_s": round(naive.seconds, 2),

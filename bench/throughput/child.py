@@ -46,6 +46,7 @@ class Recorder:
     ignore_eos: bool
     asked: dict[Hashable, list[int]] = field(default_factory=dict)
     calls: list[tuple[Hashable, list[int], int]] = field(default_factory=list)
+    made: list[list[int]] = field(default_factory=list)  # each call's generated ids
     steps: int = 0
 
     @property
@@ -65,6 +66,7 @@ class Recorder:
         for key, gen in done:
             prompt = self.asked.pop(key)
             self.calls.append((key, prompt, len(gen.token_ids)))
+            self.made.append(list(gen.token_ids))
         return done
 
 
@@ -157,6 +159,7 @@ def run(spec: dict[str, Any], around: Any = None) -> dict[str, Any]:
     }
     if spec.get("record_calls"):
         out["calls"] = [[_chain(k), p, n] for k, p, n in calls]
+        out["made"] = [ids for s in recorder.sessions for ids in s.made]
     return out
 
 
