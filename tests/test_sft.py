@@ -122,3 +122,32 @@ def test_run_sft_saves_a_loadable_checkpoint(tmp_path: Path) -> None:
     losses = [m["sft/loss"] for m in lines if "sft/loss" in m]
     assert len(losses) >= 2 and all(math.isfinite(x) for x in losses)
     assert not list(tmp_path.glob(".model.*"))  # no temporaries left behind
+
+
+def test_heldout_summary_gives_exact_tool_calls_per_template() -> None:
+    from envace_engine.training.sft import Example
+    from envace_engine.training.sft_eval import summarize, task_templates
+
+    def example(source: str, target: str) -> Example:
+        return Example("act", (1,), (2, 3), target, source=source)
+
+    call = '<tool_call>\n{"name": "x", "arguments": {}}\n</tool_call>'
+    examples = [
+        example("t1", call),  # template a: exact
+        example("t1", call),  # template a: one token wrong
+        example("t2", call),  # template b: exact
+        example("t2", "Done."),  # an answer: not a tool call
+        example("t9", call),  # a task without a template
+    ]
+    matches = [(2, 2), (1, 2), (2, 2), (0, 2), (0, 2)]
+    m = summarize(examples, matches, "h", {"t1": "a", "t2": "b"})
+    assert m["h/act_call_exact"] == 2 / 4
+    assert m["h/template/a/act_call_exact"] == 0.5
+    assert m["h/template/a/act_call_count"] == 2
+    assert m["h/template/b/act_call_exact"] == 1.0
+    assert m["h/template/b/act_call_count"] == 1
+    assert not any("t9" in k for k in m)
+    assert not any("/template/" in k for k in summarize(examples, matches, "h"))
+    names = task_templates(SFTConfig(), "validation")
+    toy = get_suite("toy").tasks("validation")
+    assert names == {t.id: t.meta["template"] for t in toy}

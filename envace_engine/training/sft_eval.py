@@ -4,14 +4,17 @@ With the gold prefix in context at every position, an example is **exact** when 
 token equals the target token at every completion position, end-of-turn token included — which
 is the same as greedy decoding writing the target and stopping. One forward per batch, the LM
 head only on completion positions. Reported per kind of target: ``act_call`` (a reply holding a
-tool call), ``act_answer`` (a final answer), ``rehearse`` (a rehearsed result), ``memory``.
+tool call), ``act_answer`` (a final answer), ``rehearse`` (a rehearsed result), ``memory``;
+and, where the suite's tasks name the template they were drawn from (toy, bfcl-gen), exact tool
+calls per template (``template/<name>/act_call_exact``): an aggregate of 0.9 can hide a
+template the policy never gets right.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from envace_engine.config import SFTConfig
@@ -92,19 +95,44 @@ def greedy_matches(
     return [out[i] for i in range(len(examples))]
 
 
-def summarize(examples: Sequence[Any], matches: Sequence[tuple], prefix: str) -> dict[str, float]:
-    """Exact share, token accuracy and count per kind of target."""
+def summarize(
+    examples: Sequence[Any],
+    matches: Sequence[tuple],
+    prefix: str,
+    templates: Mapping[str, str] | None = None,
+) -> dict[str, float]:
+    """Exact share, token accuracy and count per kind of target; with ``templates`` (task id
+    -> template name), exact share and count of the tool-call targets per template."""
     by_kind: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    by_template: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for example, match in zip(examples, matches, strict=True):
-        by_kind[kind_of(example)].append(match)
+        kind = kind_of(example)
+        by_kind[kind].append(match)
+        template = (templates or {}).get(example.source)
+        if kind == "act_call" and template is not None:
+            by_template[template].append(match)
     metrics: dict[str, float] = {}
     for kind, rows in sorted(by_kind.items()):
-        metrics[f"{prefix}/{kind}_exact"] = sum(h == n for h, n in rows) / len(rows)
+        metrics[f"{prefix}/{kind}_exact"] = _exact(rows)
         metrics[f"{prefix}/{kind}_token_acc"] = sum(h for h, _ in rows) / max(
             sum(n for _, n in rows), 1
         )
         metrics[f"{prefix}/{kind}_count"] = float(len(rows))
+    for template, rows in sorted(by_template.items()):
+        metrics[f"{prefix}/template/{template}/act_call_exact"] = _exact(rows)
+        metrics[f"{prefix}/template/{template}/act_call_count"] = float(len(rows))
     return metrics
+
+
+def _exact(rows: Sequence[tuple[int, int]]) -> float:
+    """Share of (matched, total) rows matched at every token."""
+    return sum(h == n for h, n in rows) / len(rows)
+
+
+def task_templates(config: SFTConfig, split: str) -> dict[str, str]:
+    """Task id -> the template it was drawn from, for the suite's tasks that name one."""
+    tasks = get_suite(config.suite).tasks(split)
+    return {t.id: str(t.meta["template"]) for t in tasks if t.meta.get("template")}
 
 
 def heldout_samples(config: SFTConfig) -> list[Any]:
@@ -125,4 +153,6 @@ def heldout_metrics(model: Any, chat: ChatTokenizer, config: SFTConfig, pad_id: 
     examples = tokenize(heldout_samples(config), chat)
     model.eval()
     matches = greedy_matches(model, examples, pad_id, config.bf16, config.pack_turns)
-    return summarize(examples, matches, "sft/heldout")
+    assert config.eval_split is not None  # heldout_samples checked it
+    templates = task_templates(config, config.eval_split)
+    return summarize(examples, matches, "sft/heldout", templates)
