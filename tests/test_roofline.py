@@ -43,13 +43,14 @@ def test_kv_private_tokens_reads_a_shared_prefix_once() -> None:
     assert roofline.kv_private_tokens(calls) == expected
 
 
-def test_weights_of_counts_a_tied_head_once(tiny_model) -> None:
-    import torch
-
-    linear = sum(m.weight.numel() for m in tiny_model.modules() if isinstance(m, torch.nn.Linear))
-    head = tiny_model.get_output_embeddings().weight.numel()
+def test_weights_of_counts_the_llama_layers_and_a_tied_head_once(tiny_model) -> None:
+    c = tiny_model.config
+    d = c.hidden_size // c.num_attention_heads
+    attention = c.hidden_size * d * (2 * c.num_attention_heads + 2 * c.num_key_value_heads)
+    mlp = 3 * c.hidden_size * c.intermediate_size
+    head = c.vocab_size * c.hidden_size
+    assert c.tie_word_embeddings  # the tied embedding is the head: counted once
     w = roofline.weights_of(tiny_model, 2)
-    tied = tiny_model.get_output_embeddings().weight is tiny_model.get_input_embeddings().weight
     assert w.head == head
-    assert w.params == (linear + head if tied else linear)
+    assert w.params == c.num_hidden_layers * (attention + mlp) + head
     assert w.step_bytes == 2 * w.params

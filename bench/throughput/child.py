@@ -45,8 +45,7 @@ class Recorder:
     inner: Any
     ignore_eos: bool
     asked: dict[Hashable, list[int]] = field(default_factory=dict)
-    calls: list[tuple[Hashable, list[int], int]] = field(default_factory=list)
-    made: list[list[int]] = field(default_factory=list)  # each call's generated ids
+    calls: list[tuple[Hashable, list[int], list[int]]] = field(default_factory=list)  # ids made
     steps: int = 0
 
     @property
@@ -65,8 +64,7 @@ class Recorder:
         done = self.inner.step()
         for key, gen in done:
             prompt = self.asked.pop(key)
-            self.calls.append((key, prompt, len(gen.token_ids)))
-            self.made.append(list(gen.token_ids))
+            self.calls.append((key, prompt, list(gen.token_ids)))
         return done
 
 
@@ -147,7 +145,7 @@ def run(spec: dict[str, Any], around: Any = None) -> dict[str, Any]:
         "engine": spec["engine"],
         "code": os.path.dirname(os.path.dirname(envace_engine.__file__)),
         "seconds": seconds,
-        "tokens": sum(n for _, _, n in calls),
+        "tokens": sum(len(ids) for _, _, ids in calls),
         "generations": len(calls),
         "steps": sum(s.steps for s in recorder.sessions),
         "prefilled": getattr(sampler, "prefilled", None),
@@ -158,8 +156,8 @@ def run(spec: dict[str, Any], around: Any = None) -> dict[str, Any]:
         },
     }
     if spec.get("record_calls"):
-        out["calls"] = [[_chain(k), p, n] for k, p, n in calls]
-        out["made"] = [ids for s in recorder.sessions for ids in s.made]
+        out["calls"] = [[_chain(k), p, len(ids)] for k, p, ids in calls]
+        out["made"] = [ids for _, _, ids in calls]
     return out
 
 

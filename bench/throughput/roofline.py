@@ -87,14 +87,17 @@ class Weights:
 
 
 def weights_of(model: Any, dtype_bytes: int) -> Weights:
-    """The model's linear layers and LM head (the tied embedding), in the compute dtype."""
+    """The model's linear layers and LM head (tied to the embedding or not), in the compute
+    dtype. The head is an ``nn.Linear`` either way: it is counted once, as the head."""
     import torch
 
-    linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
-    head = model.get_output_embeddings().weight.numel()
-    tied = model.get_output_embeddings().weight is model.get_input_embeddings().weight
-    if not tied:  # an untied head is an nn.Linear already counted above
-        linear -= head
+    head_module = model.get_output_embeddings()
+    linear = sum(
+        m.weight.numel()
+        for m in model.modules()
+        if isinstance(m, torch.nn.Linear) and m is not head_module
+    )
+    head = head_module.weight.numel()
     return Weights(linear + head, head, (linear + head) * dtype_bytes)
 
 

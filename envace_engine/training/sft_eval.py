@@ -105,10 +105,11 @@ def summarize(
     -> template name), exact share and count of the tool-call targets per template."""
     by_kind: dict[str, list[tuple[int, int]]] = defaultdict(list)
     by_template: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    templates = templates or {}
     for example, match in zip(examples, matches, strict=True):
         kind = kind_of(example)
         by_kind[kind].append(match)
-        template = (templates or {}).get(example.source)
+        template = templates.get(example.source)
         if kind == "act_call" and template is not None:
             by_template[template].append(match)
     metrics: dict[str, float] = {}
