@@ -33,7 +33,7 @@ from storage.layout import (
     shard_path,
     write_json,
 )
-from storage.schema import TABLES, check_version
+from storage.schema import ADDED_IN, TABLES, check_version, padded_table
 from storage.shards import write_shard
 from storage.views import duck_type
 
@@ -112,10 +112,15 @@ def _read_table(src: Path, table: str, schema: pa.Schema) -> pa.Table | None:
             con.close()
     else:
         return None
-    missing = [f.name for f in schema if f.name not in data.column_names]
+    missing = [
+        f.name
+        for f in schema
+        if f.name not in data.column_names and (table, f.name) not in ADDED_IN
+    ]
     if missing:
         raise ValueError(f"{src}/{table}: missing columns {missing}: not an envace export")
-    return data.select(schema.names).cast(schema)
+    # an export of an older version lacks the columns added since: they read as nulls
+    return padded_table(data.select([n for n in schema.names if n in data.column_names]), schema)
 
 
 def read_labels(src: Path) -> pd.DataFrame | None:

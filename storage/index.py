@@ -28,7 +28,7 @@ import duckdb
 
 from storage.layout import RUNS_DIR
 from storage.schema import CALLS, EPISODES
-from storage.views import duck_type
+from storage.views import duck_type, shard_rows
 
 log = logging.getLogger(__name__)
 RACY_S = 2.0
@@ -77,6 +77,7 @@ class ShardIndex:
         self._seen: dict[Path, int] = {}  # folder -> mtime_ns when it was last fully indexed
         self._runs_seen: frozenset[Path] | None = None  # run folders at the last sync
         self._known: dict[Path, dict[str, int]] = {}  # folder -> {shard path: mtime_ns} indexed
+        self._failed: dict[str, str] = {}  # shard path -> why it could not be indexed
         cur = db.cursor()
         try:
             cur.execute(
@@ -153,6 +154,7 @@ class ShardIndex:
                 # Not ours or damaged (our writer never leaves half files): skip it until it
                 # changes, and say so once.
                 log.warning("not indexing %s: %s", shard, err)
+                self._failed[shard] = str(err).splitlines()[0]
 
     def _apply(
         self,
@@ -172,10 +174,11 @@ class ShardIndex:
                     cur.execute(
                         "DELETE FROM indexed_shards WHERE list_contains(?, filename)", [files]
                     )
+            for shard in (*stale, *fresh):
+                self._failed.pop(shard, None)
             if fresh:
                 cur.execute(
-                    f"INSERT INTO {table} SELECT {names}, filename "
-                    "FROM read_parquet(?, union_by_name=true, filename=true)",
+                    f"INSERT INTO {table} SELECT {names}, filename FROM {shard_rows(source)}",
                     [fresh],
                 )
                 cur.executemany(
@@ -186,6 +189,12 @@ class ShardIndex:
         except BaseException:
             cur.execute("ROLLBACK")
             raise
+
+    def failures(self) -> dict[str, str]:
+        """{shard path: reason} of the shards the last syncs could not index (their rows are
+        missing from every page until the file changes)."""
+        with self._lock:
+            return {f: why for f, why in self._failed.items() if Path(f).exists()}
 
     def _drop_vanished_runs(self, source: str, live_folders: set[str]) -> None:
         cur = self._db.cursor()

@@ -25,7 +25,7 @@ from typing import Any, BinaryIO
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from storage.schema import SCHEMA_VERSION
+from storage.schema import SCHEMA_VERSION, check_version
 
 DB_FILE = "studio.duckdb"
 RUNS_DIR = "runs"
@@ -165,6 +165,14 @@ def read_manifest(run: Path) -> RunManifest:
         raise ValueError(f"{path} not found: not a run directory") from err
     except ValidationError as err:
         raise ValueError(f"{path} is not a valid run manifest: {err}") from err
+
+
+def open_manifest(run: Path) -> RunManifest:
+    """``read_manifest``, then ``SchemaVersionError`` if this build cannot read the run's schema
+    version (a newer build wrote it). Every older version is read."""
+    manifest = read_manifest(run)
+    check_version(manifest.schema_version, str(run / MANIFEST))
+    return manifest
 
 
 def rewrite_config(run: Path, config: dict[str, Any]) -> RunManifest:

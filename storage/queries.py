@@ -25,7 +25,7 @@ import pandas as pd
 from envace_engine.types import MetaKey
 from storage.layout import RunManifest, RunProgress, read_manifest, read_progress
 from storage.schema import CALLS
-from storage.views import empty_select
+from storage.views import empty_select, shard_rows
 
 T = TypeVar("T")
 
@@ -54,6 +54,18 @@ TIER_AGGREGATES = """count(*) AS n, avg(fidelity) AS mean_fidelity,
     avg(error_code_agree::INT) AS error_code_agree, avg(exact::INT) AS exact,
     avg(key_jaccard) AS key_jaccard, avg(value_match) AS value_match,
     avg(text_similarity) AS text_similarity, avg(real_nll) AS real_nll"""
+
+
+class AmbiguousEpisodeError(ValueError):
+    """An episode id asked without a run is in several runs (ids repeat across runs)."""
+
+    def __init__(self, episode_id: str, runs: Sequence[str]) -> None:
+        """Name the episode and every run that holds it."""
+        self.runs = tuple(runs)
+        super().__init__(
+            f"episode {episode_id!r} is in {len(self.runs)} runs ({', '.join(self.runs)}): "
+            "say which run (run_id, or &run= in a link)"
+        )
 
 
 @dataclass(frozen=True)
@@ -264,21 +276,25 @@ class Queries:
         """One episode with its ordered turns, calls, rehearsals, advantages and labels.
 
         Episode ids are unique within a run, not across runs (two runs of one config reuse
-        them): pass ``run_id`` to say which run's; without it the first run's in list order."""
+        them): pass ``run_id`` to say which run's. Without it the id must be in one run only,
+        else ``AmbiguousEpisodeError`` names the runs that hold it."""
         rows = self._sql(
             f"""SELECT * FROM episode_index e WHERE episode_id = ? AND (? IS NULL OR run_id = ?)
-            ORDER BY {_order("e", None)} LIMIT 1""",
+            ORDER BY {_order("e", None)}""",
             [episode_id, run_id, run_id],
         )
         if rows.empty:
             where = f"run {run_id!r}" if run_id else "any run"
             raise KeyError(f"no episode {episode_id!r} in {where}")
+        if rows["run_id"].nunique() > 1:
+            raise AmbiguousEpisodeError(episode_id, sorted(rows["run_id"].unique()))
         row = rows.iloc[0].to_dict()
         shard = str(row.pop("filename"))
         # Sibling shards of the same step hold its turns: read one file, not the whole glob.
         parts = {
             table: self._sql(
-                f"SELECT * EXCLUDE (run_id, step, episode_id, episode_index) FROM read_parquet(?) "
+                "SELECT * EXCLUDE (run_id, step, episode_id, episode_index, filename) FROM "
+                f"{shard_rows(table, union=False)} "
                 f"WHERE episode_index = ? AND episode_id = ? ORDER BY {order}",
                 [_sibling(shard, table), int(row["episode_index"]), episode_id],
             )
@@ -352,7 +368,7 @@ class Queries:
         )
         ids = list(page["call_id"])
         # An empty page still needs the columns: select them from a typed empty relation.
-        source = "read_parquet(?, union_by_name=true)" if ids else f"({empty_select(CALLS)})"
+        source = shard_rows("calls") if ids else f"({empty_select(CALLS)})"
         files = [sorted(set(page["filename"]))] if ids else []
         return self._sql(
             f"""SELECT {PAIR_COLUMNS}, l.label FROM {source} c
@@ -424,4 +440,4 @@ class Queries:
         )
 
 
-__all__ = ["EpisodeFilter", "EpisodeView", "Queries", "RunInfo"]
+__all__ = ["AmbiguousEpisodeError", "EpisodeFilter", "EpisodeView", "Queries", "RunInfo"]

@@ -2,8 +2,11 @@
 
 One version covers both halves of storage — the Parquet shards of a run directory and the
 studio's DuckDB file — so a run exported by one build and imported by another is checked once.
-Bump ``SCHEMA_VERSION`` on any change that an older reader would misread (a renamed or retyped
-column); adding a nullable column does not need a bump (views read shards ``union_by_name``).
+Every run's ``run.json`` records the version that created it. Bump ``SCHEMA_VERSION`` on every
+layout change and say what changed in ``SCHEMA_HISTORY``; a column added later goes in
+``ADDED_IN``. Readers accept every version up to this build's: a shard without a column added
+later reads it as null (``storage.views.padded``), and only a version newer than this build is
+refused. A renamed or retyped column would need a reader that maps the old name or type.
 
 A "turn" in the benchmarks and docs is one row of ``segments``: one role-tagged run of tokens.
 """
@@ -12,7 +15,12 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# What each version changed; this build reads every one of them.
+SCHEMA_HISTORY: dict[int, str] = {
+    1: "the first layout",
+    2: "calls gained checked_json, checked_error and checked_message (the schema check's refusal)",
+}
 
 TOKENS = pa.list_(pa.int32())
 LOGPROBS = pa.list_(pa.float32())
@@ -125,6 +133,13 @@ METRICS = pa.schema(
     [("run_id", pa.string()), ("step", pa.int32()), ("name", pa.string()), ("value", pa.float64())]
 )
 
+# (table, column) -> the version that added it: shards of older runs lack these columns.
+ADDED_IN: dict[tuple[str, str], int] = {
+    ("calls", "checked_json"): 2,
+    ("calls", "checked_error"): 2,
+    ("calls", "checked_message"): 2,
+}
+
 TABLES: dict[str, pa.Schema] = {
     "episodes": EPISODES,
     "segments": SEGMENTS,
@@ -171,14 +186,38 @@ STATISTICS_COLUMNS = ("run_id", "step", "episode_index")
 
 
 class SchemaVersionError(RuntimeError):
-    """A run directory or studio database was written by a different schema version."""
+    """A run directory or studio database was written by a schema version this build cannot read."""
+
+
+def columns_at(table: str, version: int) -> list[str]:
+    """The columns a ``table`` shard written at schema ``version`` has."""
+    return [f.name for f in TABLES[table] if ADDED_IN.get((table, f.name), 1) <= version]
+
+
+def padded_table(data: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``data`` with every column of ``schema`` in its order; a missing one as typed nulls.
+    A column ``schema`` does not know is an error: this is not our shard, or a newer one."""
+    unknown = sorted(set(data.column_names) - set(schema.names))
+    if unknown:
+        raise ValueError(f"columns {unknown} are not in this build's schema: not upgraded")
+    columns = [
+        data[f.name] if f.name in data.column_names else pa.nulls(data.num_rows, f.type)
+        for f in schema
+    ]
+    return pa.Table.from_arrays(columns, names=schema.names).cast(schema)
 
 
 def check_version(found: int, where: str) -> None:
-    """Raise ``SchemaVersionError`` naming ``where`` when ``found`` is not this build's version."""
-    if found != SCHEMA_VERSION:
+    """Raise ``SchemaVersionError`` naming ``where`` when this build cannot read ``found``: a
+    version newer than this build's (or not a version at all). Every older version is read."""
+    if found > SCHEMA_VERSION:
         raise SchemaVersionError(
-            f"{where} has schema version {found}, but this build reads version {SCHEMA_VERSION}. "
-            "Open it with the matching envace-studio version and `envace export` it, or move it "
-            "aside so a fresh one is created."
+            f"{where} has schema version {found}, newer than this build's {SCHEMA_VERSION}: "
+            "it was written by a newer envace-studio. Upgrade envace-studio to read it; nothing "
+            "in it was changed."
+        )
+    if found not in SCHEMA_HISTORY:
+        raise SchemaVersionError(
+            f"{where} has schema version {found}, which no envace-studio wrote (known: "
+            f"{', '.join(map(str, SCHEMA_HISTORY))}): the file was edited or is not ours."
         )

@@ -33,7 +33,7 @@ from storage.layout import (
     DB_FILE,
     MANIFEST,
     RunManifest,
-    read_manifest,
+    open_manifest,
     read_progress,
     runs_dir,
     utc_now,
@@ -47,6 +47,7 @@ from storage.views import ViewSet
 
 log = logging.getLogger(__name__)
 TARGET_KINDS = ("call", "episode")
+NOTE_MAX_CHARS = 2000  # a label's note: a sentence or a paragraph, not a document
 STUDIO_TABLES: tuple[type[SQLModel], ...] = (SchemaInfo, RunRecord, Job, Annotation, BudgetChoice)
 
 
@@ -85,6 +86,7 @@ class Store(Queries, QueueQueries, SearchQueries, ComparisonQueries):
         self._check_schema(path)
         self.views = ViewSet(self._db, self.root)
         self.index = ShardIndex(self._db, self.root)
+        self._problems: dict[str, str] = {}  # run folder -> why its manifest was left out
 
     def _check_schema(self, path: str) -> None:
         tables = set(inspect(self.engine).get_table_names())
@@ -104,6 +106,13 @@ class Store(Queries, QueueQueries, SearchQueries, ComparisonQueries):
                 session.commit()
             else:
                 check_version(info.version, path)
+                if info.version < SCHEMA_VERSION:
+                    # the studio tables are the same in every version so far: only the
+                    # number moves on, so that an older build refuses the file from now on
+                    log.info("%s: schema %d -> %d", path, info.version, SCHEMA_VERSION)
+                    info.version = SCHEMA_VERSION
+                    session.add(info)
+                    session.commit()
 
     def close(self) -> None:
         """Release the database file (another process may open it afterwards)."""
@@ -146,17 +155,40 @@ class Store(Queries, QueueQueries, SearchQueries, ComparisonQueries):
     # -- runs registry --------------------------------------------------------------------------
 
     def scan_runs(self) -> list[RunManifest]:
-        """Manifests of every run folder under ``<root>/runs``; registers unseen ones."""
-        manifests = []
+        """Manifests of every readable run folder under ``<root>/runs``; registers unseen ones.
+        A folder whose manifest cannot be read is left out and listed by ``unreadable``."""
+        manifests, problems = [], {}
         for path in sorted(runs_dir(self.root).glob(f"*/{MANIFEST}")):
             try:
-                manifest = read_manifest(path.parent)
-            except ValueError as err:
-                log.warning("skipping run folder %s: %s", path.parent, err)
+                manifest = open_manifest(path.parent)
+            except (ValueError, SchemaVersionError) as err:
+                if self._problems.get(path.parent.name) != str(err):  # say it once
+                    log.warning("skipping run folder %s: %s", path.parent, err)
+                problems[path.parent.name] = str(err)
                 continue
             manifests.append(manifest)
+        self._problems = problems
         self._register(manifests)
         return manifests
+
+    def unreadable(self) -> pd.DataFrame:
+        """What this build could not read, and why: one row per run folder left out (its
+        manifest) and per run with shards that could not be indexed (their rows are missing
+        from every page). Columns: run, what, reason."""
+        self.scan_runs()
+        self._refresh()
+        rows = [{"run": r, "what": MANIFEST, "reason": why} for r, why in self._problems.items()]
+        by_run: dict[tuple[str, str], list[str]] = {}
+        for shard, why in sorted(self.index.failures().items()):
+            path = Path(shard)
+            by_run.setdefault((path.parent.parent.name, why), []).append(
+                f"{path.parent.name}/{path.name}"
+            )
+        for (run, why), shards in by_run.items():
+            more = f" and {len(shards) - 3} more" if len(shards) > 3 else ""
+            what = f"{len(shards)} shard(s): {', '.join(shards[:3])}{more}"
+            rows.append({"run": run, "what": what, "reason": why})
+        return pd.DataFrame(rows, columns=["run", "what", "reason"])
 
     def _register(self, manifests: Sequence[RunManifest], origin: str = "discovered") -> None:
         known = set(self._sql("SELECT run_id FROM runs")["run_id"])
@@ -215,13 +247,21 @@ class Store(Queries, QueueQueries, SearchQueries, ComparisonQueries):
             raise ValueError(f"target_kind must be one of {TARGET_KINDS}, got {target_kind!r}")
         if not label.strip():
             raise ValueError("an annotation needs a non-empty label")
+        if len(note) > NOTE_MAX_CHARS:
+            raise ValueError(
+                f"the note has {len(note)} characters; a note holds at most {NOTE_MAX_CHARS}: "
+                "shorten it (long evidence belongs in a linked document)"
+            )
         episode_id = target_id.rsplit("/", 1)[0] if target_kind == "call" else target_id
+        run = self._run_of(episode_id, run_id, target_id)
+        if target_kind == "call":
+            self._check_call(run, target_id)
         row = Annotation(
             annotation_id=uuid.uuid4().hex,
             target_kind=target_kind,
             target_id=target_id,
             episode_id=episode_id,
-            run_id=self._run_of(episode_id, run_id, target_id),
+            run_id=run,
             label=label.strip(),
             note=note,
             author=author,
@@ -248,6 +288,27 @@ class Store(Queries, QueueQueries, SearchQueries, ComparisonQueries):
                 f"choose the run whose {target_id!r} you are labelling"
             )
         return str(found[0])
+
+    def _check_call(self, run_id: str, call_id: str) -> None:
+        """``KeyError`` unless ``call_id`` (``EPISODE_ID/CALL_INDEX``) is a call of ``run_id``."""
+        found = self._sql(
+            "SELECT count(*) AS n FROM call_index WHERE run_id = ? AND call_id = ?",
+            [run_id, call_id],
+        )
+        if int(found["n"].iloc[0]):
+            return
+        episode_id = call_id.rsplit("/", 1)[0]
+        n = self._sql(
+            "SELECT count(*) AS n FROM call_index WHERE run_id = ? AND episode_id = ?",
+            [run_id, episode_id],
+        )["n"].iloc[0]
+        raise KeyError(
+            f"no call {call_id!r} in run {run_id!r}: episode {episode_id!r} has {n} call(s), "
+            f"numbered 0 to {int(n) - 1}"
+            if n
+            else f"no call {call_id!r} in run {run_id!r}: "
+            f"episode {episode_id!r} made no tool call (label the episode instead)"
+        )
 
     def _append(self, row: SQLModel) -> Any:
         with self._session() as session:

@@ -1,7 +1,8 @@
 """DuckDB views over the runs' Parquet shards, one per table, guarded against empty globs.
 
-``read_parquet('<root>/runs/*/<table>/*.parquet', union_by_name=true, filename=true)`` lets the
-studio query every run at once while jobs keep appending: each query lists the glob afresh, and
+``read_parquet('<root>/runs/*/<table>/*.parquet', union_by_name=true, filename=true)``, padded
+with the columns older shards lack (``padded``), lets the studio query every run of every schema
+version at once while jobs keep appending: each query lists the glob afresh, and
 shards appear whole because they are renamed into place. DuckDB raises when a glob matches
 nothing, so a table with no shard yet gets a typed empty view instead, swapped for the real one as
 soon as a shard appears (``ViewSet.refresh``). View text cannot hold bound parameters, so the glob
@@ -49,6 +50,21 @@ def empty_select(schema: pa.Schema) -> str:
     return "SELECT " + ", ".join(cols) + " LIMIT 0"
 
 
+def padded(source: str, table: str) -> str:
+    """``source`` (a relation over ``table``'s shards) with every column of the current schema:
+    a column a shard lacks because an older version wrote it (``schema.ADDED_IN``) reads as a
+    typed null, so one query reads runs of every version. DuckDB keeps pushing filters into
+    ``source``: the typed empty side has no rows to read."""
+    return f"(SELECT * FROM {source} UNION ALL BY NAME ({empty_select(TABLES[table])}))"
+
+
+def shard_rows(table: str, union: bool = True) -> str:
+    """A relation over the shard files bound to one ``?`` (a path or a list of paths), padded
+    to the current schema and with the ``filename`` column."""
+    by_name = ", union_by_name=true" if union else ""
+    return padded(f"read_parquet(?{by_name}, filename=true)", table)
+
+
 class ViewSet:
     """Keeps one view per shard table in a DuckDB database pointed at ``<root>/runs``."""
 
@@ -76,10 +92,8 @@ class ViewSet:
         self._empty.discard(table)
         glob = _quote(self.glob(table))
         try:
-            cur.execute(
-                f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM "
-                f"read_parquet({glob}, union_by_name=true, filename=true)"
-            )
+            source = f"read_parquet({glob}, union_by_name=true, filename=true)"
+            cur.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM {padded(source, table)}")
         except duckdb.Error as err:
             # A file that is not a shard (our writer never leaves half files) breaks the glob:
             # keep the studio up with an empty view and say which file, until the next open.

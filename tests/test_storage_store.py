@@ -9,7 +9,7 @@ import textwrap
 import duckdb
 import pytest
 
-from storage import RunWriter, SchemaVersionError, Store, StoreLockedError
+from storage import SCHEMA_VERSION, RunWriter, SchemaVersionError, Store, StoreLockedError
 from storage.synthetic import make_step
 
 MEMORY = "duckdb:///:memory:"
@@ -190,13 +190,28 @@ def test_jobs_and_budgets(store):
         store.save_budget("tiny", "toy", 1, "sideways")
 
 
-def test_schema_version_mismatch_is_a_clear_error(tmp_path):
-    Store(tmp_path).close()
-    con = duckdb.connect(str(tmp_path / "studio.duckdb"))
-    con.execute("UPDATE schema_info SET version = 7")
+def _set_db_version(root, version):
+    con = duckdb.connect(str(root / "studio.duckdb"))
+    con.execute("UPDATE schema_info SET version = ?", [version])
     con.close()
-    with pytest.raises(SchemaVersionError, match=r"schema version 7.*reads version 1"):
+
+
+def test_a_newer_database_is_refused_with_a_clear_error(tmp_path):
+    Store(tmp_path).close()
+    _set_db_version(tmp_path, SCHEMA_VERSION + 5)
+    with pytest.raises(SchemaVersionError, match=rf"newer than this build's {SCHEMA_VERSION}"):
         Store(tmp_path)
+
+
+def test_an_older_database_opens_keeps_its_labels_and_is_marked_current(tmp_path):
+    with Store(tmp_path) as store:
+        store.save_budget("tiny", "toy", 2, "parallel", "alice")
+    _set_db_version(tmp_path, 1)
+    with Store(tmp_path) as store:
+        assert list(store.budgets()["budget"]) == [2]
+    con = duckdb.connect(str(tmp_path / "studio.duckdb"))
+    assert con.execute("SELECT version FROM schema_info").fetchone() == (SCHEMA_VERSION,)
+    con.close()
 
 
 def test_foreign_database_is_refused(tmp_path):

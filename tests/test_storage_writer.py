@@ -21,7 +21,7 @@ from envace_engine.types import (
     ToolError,
     ToolResult,
 )
-from storage import RunWriter, SchemaVersionError
+from storage import SCHEMA_VERSION, RunWriter, SchemaVersionError
 from storage.layout import read_progress, remove_stale_temporaries
 
 
@@ -72,7 +72,7 @@ def test_run_writer_is_a_sink(tmp_path):
     writer = RunWriter.create(tmp_path, "rollout", model="tiny", suite="toy", run_id="r1")
     assert isinstance(writer, Sink)
     manifest = json.loads((tmp_path / "runs" / "r1" / "run.json").read_text())
-    assert manifest["kind"] == "rollout" and manifest["schema_version"] == 1
+    assert manifest["kind"] == "rollout" and manifest["schema_version"] == SCHEMA_VERSION
 
 
 def test_episode_rows_keep_tokens_and_score_pairs(tmp_path):

@@ -95,24 +95,66 @@ def import_(
 
 @runs_app.command("list")
 def list_runs(root: Annotated[str | None, typer.Option(help=ROOT_HELP)] = None) -> None:
-    """List runs with their kind, model, suite, status and episode count."""
-    import pyarrow.parquet as pq
-
-    from storage.layout import read_manifest, read_progress, runs_dir
+    """List runs with their kind, model, suite, status, schema version and episode count; then
+    every run folder or shard this build cannot read, and why."""
+    from storage.layout import open_manifest, read_progress, runs_dir
+    from storage.schema import SchemaVersionError
 
     folder = data_root(root)
     paths = sorted(p.parent for p in runs_dir(folder).glob("*/run.json"))
     if not paths:
         typer.echo(f"no runs under {runs_dir(folder)}")
         return
-    typer.echo(f"{'run':32s} {'kind':8s} {'model':16s} {'suite':10s} {'status':10s} episodes")
+    typer.echo(
+        f"{'run':32s} {'kind':8s} {'model':16s} {'suite':10s} {'status':10s} schema episodes"
+    )
+    problems = []
     for path in paths:
         try:
-            m = read_manifest(path)
-        except ValueError as err:
-            typer.echo(f"{path.name:32s} unreadable: {err}")
+            m = open_manifest(path)
+        except (ValueError, SchemaVersionError) as err:
+            problems.append(f"{path.name}: {err}")
             continue
-        p = read_progress(path)
-        n = sum(pq.read_metadata(f).num_rows for f in (path / "episodes").glob("*.parquet"))
-        status = p.status or "-"
-        typer.echo(f"{m.run_id:32s} {m.kind:8s} {m.model:16s} {m.suite:10s} {status:10s} {n}")
+        n, bad = _count_episodes(path)
+        problems += [f"{path.name}: {shard}: {why}" for shard, why in bad]
+        status = read_progress(path).status or "-"
+        typer.echo(
+            f"{m.run_id:32s} {m.kind:8s} {m.model:16s} {m.suite:10s} {status:10s} "
+            f"{m.schema_version:6d} {n}"
+        )
+    if problems:
+        typer.echo(f"\n{len(problems)} unreadable:")
+        for line in problems:
+            typer.echo(f"  {line}")
+
+
+def _count_episodes(run: Path) -> tuple[int, list[tuple[str, str]]]:
+    """Episodes in a run's shards, and (shard, reason) for each shard that cannot be read."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    n, bad = 0, []
+    for table in ("episodes", "segments", "calls", "rehearsals", "metrics"):
+        for shard in sorted((run / table).glob("*.parquet")):
+            try:
+                rows = pq.read_metadata(shard).num_rows
+            except (OSError, pa.ArrowException) as err:
+                bad.append((f"{table}/{shard.name}", str(err).splitlines()[0]))
+                continue
+            n += rows if table == "episodes" else 0
+    return n, bad
+
+
+@runs_app.command("upgrade")
+def upgrade(
+    run: Annotated[str, typer.Argument(help="run id under --root, or a run directory")],
+    root: Annotated[str | None, typer.Option(help=ROOT_HELP)] = None,
+) -> None:
+    """Rewrite a run written by an older schema version in the current layout (every reader
+    opens older runs as they are: this is for runs you ship or read with other tools)."""
+    from storage.schema import SCHEMA_VERSION
+    from storage.upgrade import upgrade_run
+
+    folder = _run_folder(run, data_root(root))
+    shards = upgrade_run(folder)
+    typer.echo(f"{folder.name}: schema version {SCHEMA_VERSION}, {len(shards)} shard(s) rewritten")
