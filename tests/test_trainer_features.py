@@ -13,7 +13,7 @@ import pytest
 from envace_engine.config import TrainConfig, load
 from envace_engine.sink import JsonlSink, read_episodes
 from envace_engine.training import trainer
-from tests.train_job import even_token_share
+from tests.train_job import even_token_share, member_spread
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 pytestmark = pytest.mark.slow
@@ -60,7 +60,10 @@ def test_shared_prefix_step_gives_the_gradients_of_a_plain_step(tmp_path):
 
 
 def test_probes_and_mismatch_metrics(tmp_path):
-    parts = _parts("steps=2", "probe.every=1", "probe.n_tasks=2")
+    # mismatch metrics are logged by a step that trains rows: force advantages in every group
+    parts = dataclasses.replace(
+        _parts("steps=2", "probe.every=1", "probe.n_tasks=2"), reward=member_spread
+    )
     trainer.run(parts, tmp_path, JsonlSink(tmp_path))
     lines = _metrics(tmp_path)
     assert [m["step"] for m in lines] == [0, 1, 2]  # step 2: the final probe, metrics only

@@ -34,6 +34,14 @@ def even_token_share(task: Task, episode: Episode) -> float:
     return sum(t % 2 == 0 for t in ids) / len(ids) if ids else 0.0
 
 
+def member_spread(task: Task, episode: Episode) -> float:
+    """``even_token_share`` plus a step by the episode's place in its group (its id ends in
+    ``-<member>``): every group's rewards differ whatever the model sampled, so a step always
+    has rows with non-zero advantages on every machine's numerics."""
+    member = int(episode.id.rsplit("-", 1)[1])
+    return even_token_share(task, episode) + 0.01 * member
+
+
 def params_digest(model: object) -> str:
     """SHA-256 over every parameter's bytes, in name order."""
     h = hashlib.sha256()
