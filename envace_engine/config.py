@@ -177,6 +177,23 @@ class LossSettings(Section):
     )
 
 
+class WorldSettings(Section):
+    """What trains the world role besides task success (docs/method.md §3, *Rewards per row*).
+
+    A rehearse row's reward is ``task_weight·R_task + (1 − task_weight)·F``, where ``F`` is the
+    offline fidelity of its rehearsal against the task's recorded references and the tools'
+    schema check (``training.world_reward``), and ``R_task`` alone where ``F`` is unknown.
+    """
+
+    task_weight: float = Field(
+        1.0,
+        ge=0,
+        le=1,
+        description="weight of task success in a rehearse row's reward, the rest is the offline "
+        "fidelity F; 1 = task success only (EnvACE's reward)",
+    )
+
+
 class OptimSettings(Section):
     """AdamW with a constant learning rate and global-norm gradient clipping."""
 
@@ -269,12 +286,23 @@ class TrainConfig(Section):
     rollout: RolloutSettings = RolloutSettings()
     advantages: AdvantageSettings = AdvantageSettings()
     loss: LossSettings = LossSettings()
+    world: WorldSettings = WorldSettings()
     optim: OptimSettings = OptimSettings()
     distributed: DistributedSettings = DistributedSettings()
     probe: ProbeSettings = ProbeSettings()
 
     @model_validator(mode="after")
     def _cross_checks(self) -> TrainConfig:
+        if self.world.task_weight < 1 and self.advantages.pooling != "rows":
+            raise ValueError(
+                "world.task_weight < 1 gives rehearse rows rewards of their own, which "
+                "advantages.pooling = 'trajectories' cannot pool: set advantages.pooling = 'rows'"
+            )
+        if self.world.task_weight < 1 and self.mode not in ("envace",):
+            raise ValueError(
+                f"world.task_weight < 1 shapes the rehearse rows, which mode = {self.mode!r} "
+                "does not train: set mode = 'envace' or leave world.task_weight = 1"
+            )
         if self.reward == "judge" and not self.judge_url:
             raise ValueError("reward = 'judge' needs judge_url = 'http://HOST:PORT'")
         if self.model.startswith("sglang+"):

@@ -141,8 +141,10 @@ def test_bad_input_is_named():
         compute_advantages(["g"], ["act", "act"], [1.0], ["a"])
     with pytest.raises(ValueError, match="use None"):
         compute_advantages(["g"], ["act"], [float("nan")], ["a"])
-    with pytest.raises(ValueError, match="one reward"):
-        compute_advantages(["g", "g"], ["act", "act"], [1.0, 0.5], ["a", "a"])
+    with pytest.raises(ValueError, match="one reward per trajectory"):
+        compute_advantages(
+            ["g", "g"], ["act", "act"], [1.0, 0.5], ["a", "a"], pooling="trajectories"
+        )
     with pytest.raises(ValueError, match="pooling"):
         compute_advantages(["g"], ["act"], [1.0], ["a"], pooling="episodes")  # type: ignore[arg-type]
 
@@ -174,3 +176,15 @@ def test_advantages_sum_to_zero_per_pool(rows, reward_table):
         assert sum(by_rows[i] for i in scored) == pytest.approx(0.0, abs=1e-9)
         once = {trajs[i]: by_traj[i] for i in scored}  # one value per trajectory
         assert sum(once.values()) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_rewards_per_row_pool_as_rows():
+    # trajectory a: rehearse rows 1.0 and 0.5 (a reward per row); b: one rehearse row 0.0.
+    # Pool mean (1 + 0.5 + 0) / 3 = 0.5; act rows keep their own pool: mean (1 + 0) / 2.
+    adv = compute_advantages(
+        ["g"] * 5,
+        ["rehearse", "rehearse", "rehearse", "act", "act"],
+        [1.0, 0.5, 0.0, 1.0, 0.0],
+        ["a", "a", "b", "a", "b"],
+    )
+    assert adv == pytest.approx([0.5, 0.0, -0.5, 0.5, -0.5])

@@ -129,3 +129,15 @@ def test_step0_probe_runs_once_for_runs_that_share_it(tmp_path, monkeypatch):
         memo=memo,
     )
     assert calls == [0, 1, 1, 0, 1] and len(memo.kept) == 2
+
+
+def test_world_fidelity_rows_train_and_report_f_and_collusion(tmp_path):
+    """Plumbing of world.task_weight: rehearse rows get their own rewards (the step still
+    trains), and the step reports F's coverage and the collusion rates it could count."""
+    parts = _parts("steps=1", "world.task_weight=0.5")
+    trainer.run(parts, tmp_path, JsonlSink(tmp_path))
+    m = _metrics(tmp_path)[0]
+    assert m["world/f_rows"] >= 0 and math.isfinite(m["loss"])
+    assert "fidelity/pairs" in m
+    if m["fidelity/pairs"]:
+        assert "collusion/echo_rate" in m

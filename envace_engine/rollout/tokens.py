@@ -179,21 +179,36 @@ def role_mask(segments: Sequence[Segment]) -> list[int]:
     return [value.get(s.role, MASK_NONE) for s in segments for _ in s.token_ids]
 
 
-def training_rows(episode: Episode) -> list[TrainRow]:
+def training_rows(
+    episode: Episode, rehearse_rewards: Sequence[float | None] | None = None
+) -> list[TrainRow]:
     """Step-as-sample rows: one per act segment (agent context before it as prompt), then one
-    per rehearsal (its own prompt). Prompt, tool/real and user tokens are never completions."""
+    per rehearsal (its own prompt). Prompt, tool/real and user tokens are never completions.
+
+    Every row carries the episode's reward, except rehearse rows when ``rehearse_rewards``
+    gives one per rehearsal (a reward per row: ``training.world_reward``)."""
+    if rehearse_rewards is not None and len(rehearse_rewards) != len(episode.rehearsals):
+        raise ValueError(
+            f"episode {episode.id}: {len(rehearse_rewards)} rehearse rewards for "
+            f"{len(episode.rehearsals)} rehearsals"
+        )
     rows: list[TrainRow] = []
     prefix: list[int] = []
     for segment in episode.segments:
         if segment.role is Role.ACT:
-            rows.append(_row(episode, Role.ACT, prefix, segment))
+            rows.append(_row(episode, Role.ACT, prefix, segment, episode.reward))
         prefix.extend(segment.token_ids)
-    for rehearsal in episode.rehearsals:
-        rows.append(_row(episode, Role.REHEARSE, rehearsal.prompt_ids, rehearsal.completion))
+    for i, rehearsal in enumerate(episode.rehearsals):
+        reward = episode.reward if rehearse_rewards is None else rehearse_rewards[i]
+        rows.append(
+            _row(episode, Role.REHEARSE, rehearsal.prompt_ids, rehearsal.completion, reward)
+        )
     return rows
 
 
-def _row(episode: Episode, role: Role, prompt: Sequence[int], segment: Segment) -> TrainRow:
+def _row(
+    episode: Episode, role: Role, prompt: Sequence[int], segment: Segment, reward: float | None
+) -> TrainRow:
     if segment.logprobs is None:
         raise ValueError(f"episode {episode.id}: a sampled {role} segment has no logprobs")
     return TrainRow(
@@ -203,5 +218,5 @@ def _row(episode: Episode, role: Role, prompt: Sequence[int], segment: Segment) 
         prompt_ids=tuple(prompt),
         completion_ids=segment.token_ids,
         old_logprobs=segment.logprobs,
-        reward=episode.reward,
+        reward=reward,
     )

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from envace_engine.environments.base import Suite
+from envace_engine.fidelity.collusion import COLLUSION_RATES
 from envace_engine.rollout.loop import RolloutConfig
 from envace_engine.rollout.rewards import RewardFn
 from envace_engine.rollout.shadow import replay_shadow
@@ -186,6 +187,7 @@ def evaluate_fidelity(
         real_nll=m.get("real_nll"),
         wall_s=time.perf_counter() - started,
         exact_by_task=world.exact_by_task,
+        collusion={k: m[k] for k in COLLUSION_RATES if k in m},
     )
 
 

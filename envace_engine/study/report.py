@@ -27,6 +27,7 @@ import statistics
 from pathlib import Path
 from typing import Any, TypeVar
 
+from envace_engine.fidelity.collusion import COLLUSION_RATES
 from envace_engine.study.config import StudyConfig
 from envace_engine.study.state import ArmState, CheckpointEval, SettingResult, StudyState
 from envace_engine.study.stats import Estimate, bootstrap_mean, paired_by_task, paired_difference
@@ -140,6 +141,7 @@ class Builder:
                 "exact": fid.exact,
                 "status_agree": fid.status_agree,
                 "real_nll": fid.real_nll,
+                "collusion": dict(fid.collusion),
                 # tasks in sorted order: a reloaded study.json has them so (sort_keys), a
                 # running study in the order its episodes ended; the bootstrap must not care
                 "rehearsed_success": self.est(
@@ -442,14 +444,18 @@ def markdown(report: dict[str, Any]) -> str:
     lines += _table_lines(report["table"])
     lines += ["", "## World model (held-out, ungrounded rehearsal)", ""]
     lines += [
-        "| checkpoint | exact | status agree | real NLL | success real | success rehearsed | gap |",
-        "|---|---|---|---|---|---|---|",
+        "| checkpoint | exact | status agree | real NLL | success real | success rehearsed | gap "
+        "| echo | error recall | errors as success | answer from a wrong rehearsal |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for w in report["world"]:
+        c = w.get("collusion") or {}
         lines.append(
             f"| {w['checkpoint']} | {fmt(w['exact'])} | {fmt(w['status_agree'])} | "
             f"{fmt(w['real_nll'])} | {_ci(w.get('real_success'), signed=False)} | "
-            f"{_ci(w['rehearsed_success'], signed=False)} | {_ci(w.get('gap'))} |"
+            f"{_ci(w['rehearsed_success'], signed=False)} | {_ci(w.get('gap'))} | "
+            + " | ".join(fmt(c.get(k)) for k in COLLUSION_RATES)
+            + " |"
         )
     return "\n".join(lines + _cost_lines(report)) + "\n"
 

@@ -65,6 +65,11 @@ CURVE_METRICS = (
     "heldout/fidelity_exact",
     "heldout/status_agree",
     "heldout/real_nll",
+    "collusion/echo_rate",
+    "collusion/error_recall",
+    "collusion/errors_as_success",
+    "collusion/wrong_answer_taken",
+    "world/f_mean",
 )
 
 

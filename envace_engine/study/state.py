@@ -66,6 +66,8 @@ class FidelityResult:
     real_nll: float | None
     wall_s: float
     exact_by_task: dict[str, float] = field(default_factory=dict)  # tasks with pairs only
+    # fidelity.collusion rates (echo_rate, error_recall, ...); empty in studies before them
+    collusion: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass

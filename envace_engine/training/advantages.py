@@ -1,8 +1,8 @@
 """Role-wise GRPO advantages (docs/method.md §4): pure functions over per-row values, no I/O.
 
-Every training row (one per ``act`` reply, one per rehearsed call: "step-as-sample") carries its
-trajectory's reward ``r``. For a row ``i`` of role ``ρ`` in group ``x`` (one task rolled out G
-times)::
+Every training row (one per ``act`` reply, one per rehearsed call: "step-as-sample") carries a
+reward ``r``: its trajectory's, or its own (below). For a row ``i`` of role ``ρ`` in group ``x``
+(one task rolled out G times)::
 
     A_i = r_i − b(x, ρ)            and, with ``scale_by_std``,   A_i = (r_i − b) / (s + 1e-6)
 
@@ -16,6 +16,9 @@ Choices, and why:
 * ``role_wise=False`` is the ablation: one shared pool per group, whatever the role.
 * A pool holding one trajectory (a group of one, or the only trajectory with rows of that role)
   has ``r_i == b``, so its advantage is exactly 0, never ``r`` — with std scaling too.
+* Rows of one trajectory may carry different rewards (a reward per row: a rehearse row scored
+  by ``training.world_reward``); with ``pooling="rows"`` each row is one member of its pool.
+  ``"trajectories"`` counts one reward per trajectory, so it refuses rows that differ.
 * An unscorable trajectory (reward ``None``) is left out of every baseline and std, and its rows
   get advantage ``None``: they are never trained. It is never silently scored 0, which would pull
   the baseline down and push the other rows up. ``scorable`` drops such rows before batching.
@@ -62,10 +65,11 @@ def compute_advantages(
             raise ValueError(f"row {i} has reward {reward}: use None for an unscorable episode")
         key = (group_ids[i], roles[i] if role_wise else None)
         seen = pools[key].setdefault(trajectory_ids[i], [])
-        if seen and seen[0] != reward:
+        if seen and seen[0] != reward and pooling == "trajectories":
             raise ValueError(
                 f"row {i}: trajectory {trajectory_ids[i]!r} has rewards {seen[0]} and {reward}; "
-                "every row of a trajectory carries the trajectory's one reward"
+                "pooling 'trajectories' counts one reward per trajectory: use pooling 'rows' "
+                "with rewards per row"
             )
         seen.append(reward)
     stats = {key: _pool_stats(members, pooling) for key, members in pools.items()}

@@ -19,6 +19,7 @@ import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
+from envace_engine.fidelity.collusion import collusion_metrics
 from envace_engine.fidelity.metrics import compare
 from envace_engine.rollout.loop import rollout_metrics
 from envace_engine.types import Episode, TrainRow
@@ -105,5 +106,6 @@ def step_metrics(
     out.update(reward_metrics(episodes, rows, success))
     out.update(advantage_metrics(rows, advantages))
     out.update(fidelity_metrics(episodes))
+    out.update(collusion_metrics(episodes))
     out.update(extra)
     return out

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 from envace_engine.config import ProbeSettings, TrainConfig
 from envace_engine.environments.base import Suite
+from envace_engine.fidelity.collusion import collusion_metrics
 from envace_engine.fidelity.metrics import compare
 from envace_engine.rollout.loop import RolloutConfig, rollout
 from envace_engine.rollout.prompts import rehearse_target
@@ -205,7 +206,8 @@ def per_task_success(
 
 def pair_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     """Fidelity tiers over the rehearsed-vs-real pairs (``metrics.fidelity_metrics``, which
-    counts an unparseable rehearsal as a pair that failed every tier), as probe names."""
+    counts an unparseable rehearsal as a pair that failed every tier), as probe names, and the
+    collusion rates (``fidelity.collusion``)."""
     tiers = fidelity_metrics(episodes)
     names = {
         "fidelity/pairs": "pairs",
@@ -213,7 +215,9 @@ def pair_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
         "fidelity/status_agree": "status_agree",
         "fidelity/score": "fidelity_score",
     }
-    return {new: tiers[old] for old, new in names.items() if old in tiers}
+    out = {new: tiers[old] for old, new in names.items() if old in tiers}
+    out.update(collusion_metrics(episodes, prefix=""))  # echo_rate, error_recall, ...
+    return out
 
 
 def real_nll(

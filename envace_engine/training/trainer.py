@@ -21,6 +21,7 @@ is a full copy refreshed after every step.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import random
 import time
 from collections.abc import Sequence
@@ -40,7 +41,7 @@ from envace_engine.samplers.base import CacheHolding
 from envace_engine.samplers.embedded.heap import release_freed_memory
 from envace_engine.seeds import derive_seed
 from envace_engine.sink import Sink
-from envace_engine.training import checkpoint
+from envace_engine.training import checkpoint, world_reward
 from envace_engine.training.advantages import row_advantages, scorable
 from envace_engine.training.metrics import role_advantages, step_metrics
 from envace_engine.training.optimize import optimize
@@ -63,6 +64,7 @@ ROLLOUT_MODE = {
     "act-only": Mode.REHEARSAL,
     "simulator": Mode.SIMULATOR,
 }
+log = logging.getLogger(__name__)
 TRAINED = {
     "envace": (Role.ACT, Role.REHEARSE),
     "real-grpo": (Role.ACT,),
@@ -128,16 +130,24 @@ def run(
     # Out-of-process samplers start from whatever their servers loaded: push the weights this
     # run starts from (fresh or restored), so step k always samples from the step-k weights.
     sync_weights(parts.weight_source(), run_dir, state.step)
+    if config.world.task_weight < 1 and not world_reward.has_references(parts.tasks):
+        log.warning(
+            "world.task_weight = %s: suite %s records no reference results, so F scores only "
+            "calls the schema check refuses (no F term for the others)",
+            config.world.task_weight,
+            config.suite,
+        )
     for step in range(state.step, config.steps):
         heldout = probe(parts, step, memo=memo)  # before the rollout: after `step` updates
         started = time.perf_counter()
         tasks, position = next_tasks(parts, state.data_position)
         episodes, success = score(parts, tasks, roll(parts, tasks, step))
-        rows = [r for e in episodes for r in training_rows(e) if r.role in TRAINED[config.mode]]
+        rows, world = step_rows(parts, tasks, episodes)
         rows, advantages = scorable(rows, row_advantages(rows, **config.advantages.model_dump()))
         rolled = time.perf_counter()
         release_sampler_cache(parts)
         extra = optimize(parts, rows, advantages)
+        extra.update(world)
         episodes = with_advantages(episodes, rows, advantages)
         extra.update(timing(episodes, started, rolled))
         extra.update(heldout)
@@ -152,6 +162,32 @@ def run(
     if final and sink is not None and parts.dist.is_main:
         sink.metrics(config.steps, final)  # the trained policy: a metrics-only step
     return state.step
+
+
+def step_rows(
+    parts: Parts, tasks: Sequence[Task], episodes: Sequence[Episode]
+) -> tuple[list[TrainRow], dict[str, float]]:
+    """The step's training rows of the roles this mode trains, rehearse rows with their own
+    rewards when ``world.task_weight < 1``; and the offline fidelity's step metrics (``F`` is
+    measured in every mode that rehearses, so arms without the signal can be compared)."""
+    config = parts.config
+    by_id = {t.id: t for t in tasks}
+    terms = {e.id: world_reward.fidelity_terms(by_id[e.task_id], e) for e in episodes}
+    weight = config.world.task_weight
+    rows = []
+    for e in episodes:
+        own = None
+        if weight < 1:
+            own = world_reward.rehearse_rewards(by_id[e.task_id], e, weight, terms[e.id])
+        rows += [r for r in training_rows(e, own) if r.role in TRAINED[config.mode]]
+    known = [f for fs in terms.values() for f in fs if f is not None]
+    n_rehearsals = sum(len(fs) for fs in terms.values())
+    metrics = {"world/f_rows": float(len(known))}
+    if n_rehearsals:
+        metrics["world/f_coverage"] = len(known) / n_rehearsals
+    if known:
+        metrics["world/f_mean"] = sum(known) / len(known)
+    return rows, metrics
 
 
 def probe(
