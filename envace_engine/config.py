@@ -167,6 +167,18 @@ class LossSettings(Section):
     clip_eps_high: float | None = Field(None, ge=0, description="defaults to clip_eps_low")
     dual_clip: float | None = Field(3.0, gt=1, description="None turns the dual clip off")
     kl_coef: float = Field(0.0, ge=0, description="> 0 loads a frozen reference model")
+    world_kl: float = Field(
+        0.0,
+        ge=0,
+        description="KL to the starting checkpoint on rehearse rows only, added to kl_coef "
+        "there: anchors the world role; > 0 loads a frozen reference model",
+    )
+    world_nll: float = Field(
+        0.0,
+        ge=0,
+        description="weight of the world role's NLL of known answers (reference results, schema "
+        "errors) under this step's rehearse prompts, added to the loss (training.world_nll)",
+    )
     aggregation: Literal["seq_mean_token_mean", "token_mean"] = "seq_mean_token_mean"
     tis_cap: float | None = Field(
         None,
@@ -297,6 +309,17 @@ class TrainConfig(Section):
             raise ValueError(
                 "world.task_weight < 1 gives rehearse rows rewards of their own, which "
                 "advantages.pooling = 'trajectories' cannot pool: set advantages.pooling = 'rows'"
+            )
+        world_terms = self.loss.world_kl > 0 or self.loss.world_nll > 0
+        if world_terms and self.mode != "envace":
+            raise ValueError(
+                f"loss.world_kl and loss.world_nll train the world role, which mode = "
+                f"{self.mode!r} does not train: set mode = 'envace' or set them to 0"
+            )
+        if self.loss.world_nll > 0 and self.distributed.strategy == "fsdp":
+            raise ValueError(
+                "loss.world_nll > 0 is not supported with distributed.strategy = 'fsdp' (its "
+                "micro-batches differ per rank): use 'ddp' or set loss.world_nll = 0"
             )
         if self.world.task_weight < 1 and self.mode not in ("envace",):
             raise ValueError(

@@ -132,12 +132,28 @@ def test_step0_probe_runs_once_for_runs_that_share_it(tmp_path, monkeypatch):
 
 
 def test_world_fidelity_rows_train_and_report_f_and_collusion(tmp_path):
-    """Plumbing of world.task_weight: rehearse rows get their own rewards (the step still
-    trains), and the step reports F's coverage and the collusion rates it could count."""
-    parts = _parts("steps=1", "world.task_weight=0.5")
+    """Plumbing of the world role's signals with a scripted tool-using policy (it makes each
+    task's reference call and rehearses ``{"imagined": true}``): rehearse rows with their own
+    rewards, F known for every rehearsal (reference path), the auxiliary NLL on each known
+    answer, the KL anchor (zero before the first update: the reference is the start)."""
+    from tests.test_rehearsal import ScriptedPolicy
+
+    parts = _parts(
+        "steps=1",
+        "rollout.max_new_tokens_act=64",
+        "rollout.max_new_tokens_rehearse=32",
+        "world.task_weight=0.5",
+        "loss.world_nll=0.5",
+        "loss.world_kl=0.1",
+    )
+    assert parts.ref_model is not None
+    policy = ScriptedPolicy(parts.tokenizer, parts.tasks)
+    parts = dataclasses.replace(parts, sampler=policy, reward=member_spread)
     trainer.run(parts, tmp_path, JsonlSink(tmp_path))
     m = _metrics(tmp_path)[0]
-    assert m["world/f_rows"] >= 0 and math.isfinite(m["loss"])
-    assert "fidelity/pairs" in m
-    if m["fidelity/pairs"]:
-        assert "collusion/echo_rate" in m
+    rehearsals = sum(len(e["rehearsals"]) for e in read_episodes(tmp_path / "episodes.jsonl"))
+    assert rehearsals > 0 and m["rows/rehearse/trained"] == rehearsals
+    assert m["world/f_rows"] == m["world/nll_rows"] == rehearsals
+    assert 0 <= m["world/f_mean"] < 1  # "imagined" is never the recorded result
+    assert m["loss/world_nll"] > 0 and m["kl/rehearse"] == 0.0
+    assert m["collusion/echo_rate"] == 0.0

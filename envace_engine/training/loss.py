@@ -5,7 +5,10 @@ Per trained token ``t`` of a row with advantage ``A``, with ``r = exp(logp − o
     surr  = max(−A·r, −A·clip(r, 1 − ε_low, 1 + ε_high))        # = −min(A·r, A·clip(r)), PPO
     dual  = min(surr, −c·A)   if A < 0   else surr               # dual clip (Ye et al. 2020)
     kl    = exp(ref − logp) − (ref − logp) − 1                   # k3 estimator, >= 0
-    loss_t = w · dual + kl_coef · kl
+    loss_t = w · dual + (kl_coef + world_kl_coef·[row is rehearse]) · kl
+
+``world_kl_coef`` anchors the world role alone to the reference (the checkpoint training
+started from): the agent may move away from it while the world role's answers stay close.
 
 ``w`` is 1 unless truncated importance sampling is on (``is_weights``: per-token
 ``min(p_trainer / p_sampler, C)``, detached; the ratio's ``old_logp`` is then the trainer's own),
@@ -34,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from envace_engine.training.batching import TRAINED_ROLES
+from envace_engine.types import Role
 
 if TYPE_CHECKING:
     import torch
@@ -144,6 +148,7 @@ def policy_loss(
     aggregation: Aggregation = "seq_mean_token_mean",
     total_rows: int | None = None,
     total_tokens: int | None = None,
+    world_kl_coef: float = 0.0,
 ) -> LossOutputs:
     """The clipped policy-gradient loss of the module docstring, with per-role metrics.
 
@@ -152,7 +157,9 @@ def policy_loss(
     import torch
 
     eps_high = clip_eps_low if clip_eps_high is None else clip_eps_high
-    _check_args(inputs, clip_eps_low, eps_high, dual_clip, kl_coef, aggregation)
+    _check_args(inputs, clip_eps_low, eps_high, dual_clip, kl_coef + world_kl_coef, aggregation)
+    if world_kl_coef < 0:
+        raise ValueError(f"world_kl_coef must be >= 0, got {world_kl_coef}")
     mask = inputs.mask.to(inputs.logprobs.dtype)
     on = mask > 0
     # Off-mask positions may hold anything (padding): zero their log-ratio so exp() cannot
@@ -168,8 +175,10 @@ def policy_loss(
     if inputs.ref_logprobs is not None:
         delta = torch.where(on, inputs.ref_logprobs - inputs.logprobs, 0.0)
         kl = torch.exp(delta) - delta - 1
-        if kl_coef:
-            per_token = per_token + kl_coef * kl
+        if kl_coef or world_kl_coef:
+            rehearse = (inputs.role_ids == TRAINED_ROLES.index(Role.REHEARSE)).to(kl.dtype)
+            coef = kl_coef + world_kl_coef * rehearse.unsqueeze(1)
+            per_token = per_token + coef * kl
     masked = per_token * mask
     if aggregation == "seq_mean_token_mean":
         rows = total_rows if total_rows is not None else mask.shape[0]

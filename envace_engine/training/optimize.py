@@ -14,19 +14,26 @@ unless ``loss.tis_cap`` turns on truncated importance sampling (``truncated_is``
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from envace_engine.training.batching import micro_batches
 from envace_engine.training.loss import LossInputs, RoleMetrics, policy_loss
 from envace_engine.training.parallel import distributed, fsdp
-from envace_engine.types import TrainRow
+from envace_engine.training.world_nll import nll_backward
+from envace_engine.types import Role, TrainRow
 
 if TYPE_CHECKING:
     from envace_engine.training.trainer import Parts
 
 
-def optimize(parts: Parts, rows: list[TrainRow], advantages: list[float]) -> dict[str, float]:
+def optimize(
+    parts: Parts,
+    rows: list[TrainRow],
+    advantages: list[float],
+    world_targets: Sequence[TrainRow] = (),
+) -> dict[str, float]:
     """Gradient accumulation over micro-batches, all-reduce, clip, one optimizer step.
 
     Under FSDP each backward reduce-scatters (averages) the gradients into the shards, ranks
@@ -44,7 +51,7 @@ def optimize(parts: Parts, rows: list[TrainRow], advantages: list[float]) -> dic
     # Without a KL term a row with advantage 0 has exactly zero gradient: skip its forward pass
     # (groups without reward variance are common). The divisors stay the totals over all rows,
     # so the gradient is the same as with every row in the batch.
-    live = [(r, a) for r, a in zip(rows, advantages, strict=True) if a != 0 or cfg.loss.kl_coef]
+    live = [(r, a) for r, a in zip(rows, advantages, strict=True) if a != 0 or _anchored(cfg, r)]
     n_rows, n_tokens = len(rows), sum(len(r.completion_ids) for r in rows)
     pad = parts.tokenizer.pad_token_id or 0
     roles: dict[str, RoleMetrics] = {}
@@ -71,6 +78,7 @@ def optimize(parts: Parts, rows: list[TrainRow], advantages: list[float]) -> dic
     for _ in range(padding):
         assert parts.sharded is not None  # padding is 0 without FSDP (``_padding_count``)
         fsdp.padding_step(parts.sharded, parts.ref_model, pad, _device(trained))
+    world = world_nll_step(parts, world_targets)
     if parts.sharded is None:  # FSDP already averaged them, in each backward's reduce-scatter
         distributed.average_gradients(model.parameters(), d)
     clip = cfg.optim.grad_clip if cfg.optim.grad_clip is not None else float("inf")
@@ -93,7 +101,33 @@ def optimize(parts: Parts, rows: list[TrainRow], advantages: list[float]) -> dic
         ),
         **(gaps.metrics() if gaps.tokens else {}),
         **flat,
+        **world,
     }
+
+
+def _anchored(cfg: Any, row: TrainRow) -> bool:
+    """Whether a KL term reaches ``row``: then even advantage 0 has a gradient."""
+    return bool(cfg.loss.kl_coef or (cfg.loss.world_kl and row.role is Role.REHEARSE))
+
+
+def world_nll_step(parts: Parts, targets: Sequence[TrainRow]) -> dict[str, float]:
+    """The auxiliary world NLL's gradients (``training.world_nll``), under the step's autocast."""
+    import torch
+
+    from envace_engine.training.precision import bf16_autocast
+
+    cfg = parts.config
+    if cfg.loss.world_nll == 0:
+        return {}
+    device = _device(parts.model)
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16_autocast(cfg.bf16, device)):
+        return nll_backward(
+            parts.model,
+            targets,
+            cfg.loss.world_nll,
+            parts.tokenizer.pad_token_id or 0,
+            cfg.micro_batch_tokens,
+        )
 
 
 def _trained(parts: Parts) -> Any:
@@ -208,6 +242,7 @@ def micro_step(
         clip_eps_high=cfg.loss.clip_eps_high,
         dual_clip=cfg.loss.dual_clip,
         kl_coef=cfg.loss.kl_coef,
+        world_kl_coef=cfg.loss.world_kl,
         aggregation=cfg.loss.aggregation,
         total_rows=total_rows,
         total_tokens=total_tokens,

@@ -35,13 +35,13 @@ from envace_engine.environments.base import Suite
 from envace_engine.models import load_model, load_tokenizer, resolve
 from envace_engine.rollout.loop import RolloutConfig, rollout
 from envace_engine.rollout.rewards import JudgeConfig, RewardFn, make_reward, state_reward
-from envace_engine.rollout.tokens import training_rows
+from envace_engine.rollout.tokens import ChatTokenizer, training_rows
 from envace_engine.samplers import Sampler, make_sampler
 from envace_engine.samplers.base import CacheHolding
 from envace_engine.samplers.embedded.heap import release_freed_memory
 from envace_engine.seeds import derive_seed
 from envace_engine.sink import Sink
-from envace_engine.training import checkpoint, world_reward
+from envace_engine.training import checkpoint, world_nll, world_reward
 from envace_engine.training.advantages import row_advantages, scorable
 from envace_engine.training.metrics import role_advantages, step_metrics
 from envace_engine.training.optimize import optimize
@@ -144,9 +144,10 @@ def run(
         episodes, success = score(parts, tasks, roll(parts, tasks, step))
         rows, world = step_rows(parts, tasks, episodes)
         rows, advantages = scorable(rows, row_advantages(rows, **config.advantages.model_dump()))
+        targets = world_targets(parts, tasks, episodes)
         rolled = time.perf_counter()
         release_sampler_cache(parts)
-        extra = optimize(parts, rows, advantages)
+        extra = optimize(parts, rows, advantages, targets)
         extra.update(world)
         episodes = with_advantages(episodes, rows, advantages)
         extra.update(timing(episodes, started, rolled))
@@ -190,6 +191,16 @@ def step_rows(
     return rows, metrics
 
 
+def world_targets(
+    parts: Parts, tasks: Sequence[Task], episodes: Sequence[Episode]
+) -> list[TrainRow]:
+    """The known answers the auxiliary world NLL scores this step (none when it is off)."""
+    if parts.config.loss.world_nll == 0:
+        return []
+    chat = ChatTokenizer(parts.tokenizer)
+    return world_nll.target_rows({t.id: t for t in tasks}, episodes, chat)
+
+
 def probe(
     parts: Parts, step: int, last: bool = False, memo: ProbeMemo | None = None
 ) -> dict[str, float]:
@@ -228,7 +239,8 @@ def setup(config: TrainConfig) -> Parts:
     spec = resolve(config.model)
     model, tokenizer = load_model(spec), load_tokenizer(spec)
     ref_model: PreTrainedModel | fsdp.LogprobModule | None  # sharded under FSDP
-    ref_model = load_model(spec).requires_grad_(False) if config.loss.kl_coef > 0 else None
+    anchored = config.loss.kl_coef > 0 or config.loss.world_kl > 0
+    ref_model = load_model(spec).requires_grad_(False) if anchored else None
     sharded, device = None, distributed.device(dist)
     if dist.enabled and config.distributed.strategy == "fsdp":
         # With SGLang rollouts the full copy is only ever written to disk: keep it off the GPU.

@@ -58,6 +58,22 @@ def reference_result(task: Task, calls: Sequence[CallRecord], index: int) -> Too
     return ToolResult(value=results[position])
 
 
+def known_answer(
+    task: Task,
+    calls: Sequence[CallRecord],
+    index: int,
+    schemas: Mapping[str, dict[str, Any]] | None = None,
+) -> ToolResult | None:
+    """What the real tools answer to ``calls[index]``, where that is known offline: the schema
+    check's error for a call it refuses, the recorded result on the reference path; else None.
+    ``schemas`` defaults to the task's tools'."""
+    call = calls[index].call
+    refusal = check_call(call, parameter_schemas(task.tools) if schemas is None else schemas)
+    if refusal is not None:
+        return ToolResult(error=refusal)
+    return reference_result(task, calls, index)
+
+
 def offline_fidelity(
     task: Task,
     calls: Sequence[CallRecord],
@@ -65,16 +81,14 @@ def offline_fidelity(
     schemas: Mapping[str, dict[str, Any]] | None = None,
 ) -> float | None:
     """``F`` of the rehearsal of ``calls[index]`` (module docstring); None where nothing known
-    says what the real answer is. ``schemas`` defaults to the task's tools'."""
-    record = calls[index]
-    refusal = check_call(record.call, parameter_schemas(task.tools) if schemas is None else schemas)
-    rehearsed = record.rehearsed
-    if refusal is not None:
-        flagged = rehearsed.error if rehearsed is not None else None
-        return 1.0 if flagged is not None and flagged.code == refusal.code else 0.0
-    known = reference_result(task, calls, index)
+    says what the real answer is."""
+    known = known_answer(task, calls, index, schemas)
     if known is None:
         return None
+    rehearsed = calls[index].rehearsed
+    if known.error is not None:  # a refusal: only the code matters, the message is the tool's
+        flagged = rehearsed.error if rehearsed is not None else None
+        return 1.0 if flagged is not None and flagged.code == known.error.code else 0.0
     return compare(rehearsed, known).score
 
 

@@ -1,0 +1,92 @@
+"""The world role's auxiliary next-observation loss: the NLL of known answers under this step's
+own rehearse prompts, added to the GRPO loss with weight ``loss.world_nll`` (λ).
+
+A rehearsal's answer is known offline where ``training.world_reward.known_answer`` knows it
+(the reference result on the reference path, or the schema check's error for a call it
+refuses). For each such rehearsal the target is that answer as the world role's text
+(``<execution_result>…</execution_result>`` and the end-of-turn token, as the SFT warm-up and
+``probe.real_nll`` write it), scored after the rehearsal's stored prompt ids: the prompt is
+never re-rendered. The term is ``λ · (−Σ log p(target token)) / (target tokens)``, a token mean
+over the step, so its size does not grow with the batch.
+
+The target is a *target*, not sampled text: encoding it is how every SFT example is built.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from envace_engine.environments.tool_environment import parameter_schemas
+from envace_engine.rollout.parsing import result_to_json
+from envace_engine.rollout.prompts import rehearse_target
+from envace_engine.training.batching import micro_batches
+from envace_engine.training.world_reward import known_answer
+from envace_engine.types import Episode, Role, Task, TrainRow
+
+if TYPE_CHECKING:
+    import torch
+
+    from envace_engine.rollout.tokens import ChatTokenizer
+
+
+def target_rows(
+    tasks: Mapping[str, Task], episodes: Sequence[Episode], chat: ChatTokenizer
+) -> list[TrainRow]:
+    """One row per rehearsal whose answer is known: its prompt, the known answer's tokens."""
+    rows = []
+    for episode in episodes:
+        task = tasks[episode.task_id]
+        schemas = parameter_schemas(task.tools)
+        for rehearsal in episode.rehearsals:
+            known = known_answer(task, episode.calls, rehearsal.call_index, schemas)
+            if known is None:
+                continue
+            target = (*chat.encode(rehearse_target(result_to_json(known))), chat.eos_id)
+            rows.append(
+                TrainRow(
+                    episode.id,
+                    episode.group_id,
+                    Role.REHEARSE,
+                    rehearsal.prompt_ids,
+                    target,
+                    (0.0,) * len(target),
+                    None,
+                )
+            )
+    return rows
+
+
+def batch_nll(model: Any, batch: Any, temperature: float = 1.0) -> tuple[torch.Tensor, int]:
+    """(−Σ log p, token count) of a collated batch's completion tokens; differentiable."""
+    from envace_engine.logprobs import completion_logprobs
+
+    lp = completion_logprobs(
+        model,
+        batch.input_ids,
+        batch.attention_mask,
+        batch.completion_mask,
+        temperature=temperature,
+        prefix_ids=batch.prefix_ids,
+    )
+    mask = batch.completion_mask.bool()
+    return -lp[mask].sum(), int(mask.sum())
+
+
+def nll_backward(
+    model: Any, rows: Sequence[TrainRow], coef: float, pad_id: int, micro_batch_tokens: int
+) -> dict[str, float]:
+    """Accumulate ``coef``× the token-mean NLL of ``rows`` into the gradients (one backward
+    per micro-batch); returns ``loss/world_nll`` (the mean NLL) and the row count."""
+    if not rows or coef == 0:
+        return {"world/nll_rows": float(len(rows))}
+    total_tokens = sum(len(r.completion_ids) for r in rows)
+    nll_sum = 0.0
+    device = next(model.parameters()).device
+    for batch in micro_batches(rows, [0.0] * len(rows), pad_id, micro_batch_tokens, True):
+        moved = {f.name: getattr(batch, f.name).to(device) for f in dataclasses.fields(batch)}
+        nll, _ = batch_nll(model, dataclasses.replace(batch, **moved))
+        (coef * nll / total_tokens).backward()
+        nll_sum += float(nll.detach())
+    return {"loss/world_nll": nll_sum / total_tokens, "world/nll_rows": float(len(rows))}
