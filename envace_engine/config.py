@@ -54,6 +54,11 @@ class RolloutSettings(Section):
     top_p: float = Field(1.0, gt=0, le=1)
     grounded_rehearsal: bool = Field(True, description="reference results in rehearse prompts")
     rehearse_history: bool = Field(True, description="conversation so far in rehearse prompts")
+    world_state: bool = Field(
+        False,
+        description="the task's world state (what the environment holds at the start, in its "
+        "own words: Task.meta['world_state']) in rehearse prompts, where the suite writes one",
+    )
     n_examples: int = Field(2, ge=0, description="worked examples from other tasks per prompt")
     end_on_invalid_rehearsal: bool = Field(
         True,
@@ -110,6 +115,7 @@ PROMPT_KEYS = (
     "n_examples",
     "grounded_rehearsal",
     "rehearse_history",
+    "world_state",
     "max_new_tokens_act",
     "max_new_tokens_rehearse",
 )

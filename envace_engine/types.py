@@ -109,12 +109,17 @@ class TaskKey:
     ``POLICY``: a domain policy the agent gets in its system message (τ²). ``USER_SYSTEM``: the
     system prompt of a simulated user (τ²: guidelines plus the task's scenario). ``MEMORY``: the
     rehearsal-memory block the task's context text ends with (``memory_prompts.with_memory``),
-    which the world role's prompt leaves out (``prompts.rehearse_messages``).
+    which the world role's prompt leaves out (``prompts.rehearse_messages``). ``WORLD_STATE``:
+    below.
     """
 
     POLICY = "policy"
     USER_SYSTEM = "user_system"
     MEMORY = "rehearsal_memory"
+    # What the environment holds at the task's start, in the environment's own words (every
+    # fact a tool can read, e.g. note texts): the world role's state block when
+    # ``rollout.world_state`` is on (``prompts.rehearse_messages``). Never the agent's prompt.
+    WORLD_STATE = "world_state"
 
 
 @dataclass(frozen=True)
@@ -201,6 +206,7 @@ class Rehearsal:
     prompt_ids: tuple[int, ...]
     completion: Segment
     grounded: bool  # whether reference results were put in the prompt (docs/method.md §2)
+    stated: bool = False  # whether the task's world state was put in the prompt (same section)
 
 
 @dataclass(frozen=True)

@@ -136,6 +136,7 @@ def rehearsals_table(
             "rehearsal_index": pa.array(index),
             "call_index": pa.array(list(map(attrgetter("call_index"), rows)), pa.int32()),
             "grounded": pa.array(list(map(attrgetter("grounded"), rows)), pa.bool_()),
+            "stated": pa.array(list(map(attrgetter("stated"), rows)), pa.bool_()),
             "text": _strings(list(map(attrgetter("text"), completions))),
             "n_prompt_tokens": _lengths(prompt_ids),
             "n_tokens": _lengths(token_ids),

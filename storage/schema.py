@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # What each version changed; this build reads every one of them.
 SCHEMA_HISTORY: dict[int, str] = {
     1: "the first layout",
     2: "calls gained checked_json, checked_error and checked_message (the schema check's refusal)",
+    3: "rehearsals gained stated (whether the task's world state was in the rehearse prompt)",
 }
 
 TOKENS = pa.list_(pa.int32())
@@ -120,6 +121,7 @@ REHEARSALS = pa.schema(
         ("rehearsal_index", pa.int32()),
         ("call_index", pa.int32()),
         ("grounded", pa.bool_()),
+        ("stated", pa.bool_()),  # the task's world state was in the prompt (null before v3)
         ("text", pa.string()),
         ("n_prompt_tokens", pa.int32()),
         ("n_tokens", pa.int32()),
@@ -138,6 +140,7 @@ ADDED_IN: dict[tuple[str, str], int] = {
     ("calls", "checked_json"): 2,
     ("calls", "checked_error"): 2,
     ("calls", "checked_message"): 2,
+    ("rehearsals", "stated"): 3,
 }
 
 TABLES: dict[str, pa.Schema] = {

@@ -179,6 +179,7 @@ def reference_tables(run_id: str, step: int, episodes: list[Episode]) -> dict[st
                     "rehearsal_index": index,
                     "call_index": r.call_index,
                     "grounded": r.grounded,
+                    "stated": r.stated,
                     "text": c.text,
                     "n_prompt_tokens": len(r.prompt_ids),
                     "n_tokens": len(c.token_ids),

@@ -1,8 +1,9 @@
-"""Executable environments and task suites (``toy``, ``bfcl``, ``bfcl-gen``, ``tau2-*``).
+"""Executable environments and task suites (``toy``, ``toy-library``, ``bfcl``, ``bfcl-gen``,
+``tau2-*``).
 
 ``get_suite(name, basis=None)`` returns a ``Suite`` (environments/base.py): ``tasks(split)``,
 ``make_env`` and ``score``. Splits: ``train`` / ``validation`` for the generated suites (``toy``,
-``bfcl-gen``); ``test`` (or one category: ``base``, ``miss_func``, ``miss_param``,
+``toy-library``, ``bfcl-gen``); ``test`` (or one category: ``base``, ``miss_func``, ``miss_param``,
 ``long_context``) for ``bfcl``; ``train`` / ``test`` / ``base`` for ``tau2-airline``,
 ``tau2-retail`` and ``tau2-mock`` (tests). ``basis`` picks a scoring basis where a suite has
 several (``ScoringBasis``: bfcl ``official``|``strict``, τ² ``official``|``legacy``; None is the
@@ -41,6 +42,13 @@ def _toy(basis: str | None) -> Suite:
     return ToySuite()
 
 
+def _toy_library(basis: str | None) -> Suite:
+    from envace_engine.environments.toy.library import LibrarySuite
+
+    _one_basis("toy-library", basis)
+    return LibrarySuite()
+
+
 def _tau2(domain: str) -> Callable[[str | None], Suite]:
     def make(basis: str | None) -> Suite:
         from envace_engine.environments.tau2.suite import Tau2Suite
@@ -60,6 +68,7 @@ def _one_basis(name: str, basis: str | None) -> None:
 # bfcl-eval is imported only when a bfcl suite is asked for; τ² data only for a τ² suite.
 _FACTORIES: dict[str, Callable[[str | None], Suite]] = {
     "toy": _toy,
+    "toy-library": _toy_library,
     "bfcl": _bfcl,
     "bfcl-gen": _bfcl_gen,
     "tau2-airline": _tau2("airline"),

@@ -77,6 +77,7 @@ class RolloutConfig:
     seed: int | None = None
     grounded_rehearsal: bool = _D.grounded_rehearsal  # reference results in the rehearse prompt
     rehearse_history: bool = _D.rehearse_history  # the conversation so far in rehearse prompts
+    world_state: bool = _D.world_state  # the task's world state in rehearse prompts
     n_examples: int = _D.n_examples  # worked examples from other tasks, in both prompts
     # A rehearsed INVALID_* error ends the episode (EnvACE's code): an episode ended on a
     # correct flag scores as a failure, which GRPO holds against the world role (docs/method.md
@@ -210,6 +211,7 @@ class _Runner(TurnMixin):
             grounded=cfg.grounded_rehearsal,
             with_history=cfg.rehearse_history,
             examples=examples,
+            stated=cfg.world_state,
         )
         messages, prompt = self._opening(task, tools, examples)
         live = _Live(ep_id, group_id, task, env, ctx, TokenSequence(), messages, len(messages) - 1)
@@ -424,8 +426,9 @@ class _Runner(TurnMixin):
         if rehearsing:
             segment = Segment(Role.REHEARSE, tuple(gen.token_ids), text, tuple(gen.logprobs))
             grounded = live.ctx.grounded and any(live.task.reference_calls)
+            stated = live.ctx.states_world
             live.rehearsals.append(
-                Rehearsal(len(live.calls), tuple(live.world_prompt), segment, grounded)
+                Rehearsal(len(live.calls), tuple(live.world_prompt), segment, grounded, stated)
             )
             live.sampled += len(gen.token_ids)
         parsed = parse_rehearsal(text)

@@ -17,8 +17,12 @@ Chat format choices (docs/masking.md explains the token side):
   write them (docs/platform.md §2: with examples in the system message as a transcript it
   writes prose, as chat turns it writes valid calls).
 * The rehearse prompt is a fresh two-message chat: system (the simulator's rules) and user
-  (tools, optional reference calls and results, optional history, the agent's latest reply,
-  the call to simulate). Both switches are recorded by the caller (``Rehearsal.grounded``).
+  (tools, optional world state, optional reference calls and results, optional history, the
+  agent's latest reply, the call to simulate). The switches are recorded by the caller with
+  every rehearsal (``Rehearsal.grounded``, ``Rehearsal.stated``). The world state is what the
+  environment holds at the start of the task in its own words (``TaskKey.WORLD_STATE``), not
+  the agent's instructions: a real tool answers from its state, so a world role that is shown
+  it can be right where the agent's prompt says nothing (note texts, a shared catalogue).
 """
 
 from __future__ import annotations
@@ -274,6 +278,12 @@ class RehearseContext:
     grounded: bool = True
     with_history: bool = True
     examples: tuple[Task, ...] = ()
+    stated: bool = False  # the task's world state (``TaskKey.WORLD_STATE``) in the prompt
+
+    @property
+    def states_world(self) -> bool:
+        """Whether the prompt holds a world-state block (the switch, and a state to show)."""
+        return self.stated and bool(str(self.task.meta.get(TaskKey.WORLD_STATE, "")).strip())
 
 
 def rehearse_messages(
@@ -295,6 +305,9 @@ def rehearse_messages(
     so the world must see them here to stay consistent).
     """
     parts = ["Candidate tools:\n" + tools_text(ctx.tools)]
+    if ctx.states_world:
+        state = str(ctx.task.meta[TaskKey.WORLD_STATE]).strip()
+        parts.append("Environment state at the start of the task:\n" + state)
     if ctx.grounded and any(ctx.task.reference_calls):
         refs = [
             f"call: {_call_json(c)}\nresult: {dumps(r)}"

@@ -98,6 +98,7 @@ def task_samples(
             tools=tools,
             task=task,
             grounded=r.grounded_rehearsal,
+            stated=r.world_state,
             with_history=r.rehearse_history,
             examples=examples,
         )

@@ -23,8 +23,8 @@ from typing import Any
 from envace_engine.environments.generated import Draft, GeneratedSuite
 from envace_engine.environments.tool_environment import ToolEnvironment
 from envace_engine.environments.toy.templates import TEMPLATES
-from envace_engine.environments.toy.worlds import WORLDS, describe_state
-from envace_engine.types import Task, ToolCall
+from envace_engine.environments.toy.worlds import WORLDS, describe_state, describe_world
+from envace_engine.types import Task, TaskKey, ToolCall
 
 
 def _leaves(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -75,11 +75,20 @@ class ToySuite(GeneratedSuite):
         return list(WORLDS[draft.meta["world"]].TOOLS)
 
     def build(self, draft: Draft, task_id: str) -> Task:
-        """As ``GeneratedSuite.build``, with the world's state in the system prompt."""
+        """As ``GeneratedSuite.build``, with the task's context text (``context``) and the
+        environment's own description of its state (``TaskKey.WORLD_STATE``)."""
         task = super().build(draft, task_id)
+        meta = {**task.meta, TaskKey.WORLD_STATE: self.world_state(draft)}
+        return replace(task, system=self.context(draft), meta=meta)
+
+    def context(self, draft: Draft) -> str:
+        """What the agent is told: the world's state in one line (a small model needs it)."""
         state = describe_state(draft.meta["world"], draft.initial_state)
-        system = f"{state} Use the tools, then answer briefly."
-        return replace(task, system=system)
+        return f"{state} Use the tools, then answer briefly."
+
+    def world_state(self, draft: Draft) -> str:
+        """Everything the environment holds at the start, note texts included."""
+        return describe_world(draft.meta["world"], draft.initial_state)
 
     def make_env(self, task: Task) -> ToolEnvironment:
         """A fresh world backend at the task's initial state."""

@@ -159,6 +159,18 @@ WORLDS: dict[str, type[Warehouse] | type[Bank] | type[Notes]] = {
 }
 
 
+def describe_world(world: str, state: dict[str, Any]) -> str:
+    """Everything a world's backend holds, in its own words (``TaskKey.WORLD_STATE``): what a
+    tool can read, so a world role shown it can answer any call (note texts included)."""
+    if world == "warehouse":
+        return "Stock (item: units): " + ", ".join(f"{k}: {v}" for k, v in state["stock"].items())
+    if world == "bank":
+        pairs = ", ".join(f"{k}: {v}" for k, v in state["balances"].items())
+        return f"Balances (account: dollars): {pairs}"
+    notes = "; ".join(f"{k!r}: {v!r}" for k, v in state["notes"].items())
+    return f"Notes (title: text): {notes}"
+
+
 def describe_state(world: str, state: dict[str, Any]) -> str:
     """The world state in one line, for the system prompt (a small model needs to see it)."""
     if world == "warehouse":
