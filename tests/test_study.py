@@ -17,6 +17,8 @@ from envace_engine.study.config import ARMS, StudyConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "configs" / "study-tiny.toml"
+CORE_TINY = ROOT / "configs" / "study-core-tiny.toml"
+TINY_ARMS = tuple(load(StudyConfig, TINY).arms)
 # timings (and the report's costs, made of them) differ between two runs; nothing else may
 VOLATILE = ("wall_s", "seconds", "perf/", "costs")
 
@@ -49,6 +51,11 @@ def test_arm_configs_differ_only_by_their_definition():
     assert {a.mode for a in arms.values()} == {"envace", "real-grpo", "act-only", "simulator"}
     shared = {(a.steps, a.tasks_per_step, a.group_size, a.seed, a.model) for a in arms.values()}
     assert len(shared) == 1 and all(a.checkpoint_every == 1 for a in arms.values())
+    fid = arms["fidelity"]  # envace with the world role's truth signals of [fidelity]
+    assert fid.mode == "envace" and fid.world.task_weight == cfg.fidelity.task_weight < 1
+    assert fid.loss.world_nll == cfg.fidelity.world_nll
+    others = [a for name, a in arms.items() if name != "fidelity"]
+    assert all(a.world.task_weight == 1 and a.loss.world_nll == 0 for a in others)
 
 
 def test_bad_study_configs_name_the_problem():
@@ -87,7 +94,7 @@ def test_tiny_study_runs_every_arm_and_a_killed_study_resumes_to_the_same_report
     report = _report(whole)
     assert {a["status"] for a in report["arms"].values()} == {"done"}
     names = {r["checkpoint"] for r in report["table"]}
-    assert names == {"base", "sft", *ARMS}
+    assert names == {"base", "sft", *TINY_ARMS}
     settings = {r["setting"] for r in report["table"] if r["checkpoint"] == "envace"}
     assert settings == {"plain N=0", "parallel N=1", "sequential N=1", "select N=2"}
     assert len(report["verdicts"]) == 5 and all(v["verdict"] for v in report["verdicts"])
@@ -95,7 +102,7 @@ def test_tiny_study_runs_every_arm_and_a_killed_study_resumes_to_the_same_report
     # the step-0 probe of the SFT checkpoint ran once and every arm's curve starts with it
     kept = json.loads((whole / "runs" / "study-tiny" / "study.json").read_text())["start_probe"]
     assert kept["key"] and "heldout/success" in kept["metrics"]
-    starts = [report["curves"][arm]["0"] for arm in ARMS]
+    starts = [report["curves"][arm]["0"] for arm in TINY_ARMS]
     held = [{k: v for k, v in p.items() if k.startswith("heldout/")} for p in starts]
     assert held[0] and all(h == held[0] for h in held)
 
@@ -112,9 +119,9 @@ def test_tiny_study_runs_every_arm_and_a_killed_study_resumes_to_the_same_report
     assert resumed.wait(timeout=600) == 0, resumed.stdout.read().decode()[-3000:]
     # one fresh process after each unit: at least the arms after envace, their evals and base
     handovers = resumed.stdout.read().decode().count("next unit in a fresh process")
-    assert handovers >= 2 * (len(ARMS) - 1) + 1, handovers
+    assert handovers >= 2 * (len(TINY_ARMS) - 1) + 1, handovers
     assert _stable(_report(broken)) == _stable(report)  # the same as in one process
-    for arm in ARMS:  # every arm, also those started after the resume, used the record
+    for arm in TINY_ARMS:  # every arm, also those started after the resume, used the record
         manifest = json.loads((broken / "runs" / f"study-tiny--{arm}" / "run.json").read_text())
         assert manifest["config"]["rollout"]["grounded_rehearsal"] is False, arm
     # the killed process's time was banked step by step, not lost with it
@@ -170,7 +177,7 @@ def _assert_each_arm_evaluated_before_the_next_trains(log: str) -> None:
     units = [ln.split(":")[0] for ln in log.splitlines() if ln.startswith(("eval ", "arm "))]
     units = [u for i, u in enumerate(units) if u not in units[:i]]
     expected = ["eval sft"]
-    for arm in ARMS:
+    for arm in TINY_ARMS:
         expected += [f"arm {arm}", f"eval {arm}"]
     assert units == [*expected, "eval base"], units
 
@@ -189,9 +196,27 @@ def _bundle_installs(study: Path, tmp_path: Path) -> None:
     spec.loader.exec_module(bundle)
     sizes = bundle.build(study, tmp_path / "bundle", episode_steps=1)
     expected = {"study-tiny", "study-tiny--eval-sft", "study-tiny--eval-envace"}
-    expected |= {"study-tiny--fidelity-envace", *(f"study-tiny--{arm}" for arm in ARMS)}
+    expected |= {"study-tiny--fidelity-envace", *(f"study-tiny--{arm}" for arm in TINY_ARMS)}
     assert set(sizes) == expected
     arm_steps = tmp_path / "bundle" / "study-tiny--envace" / "episodes"
     assert len(list(arm_steps.glob("step-*.parquet"))) == 1  # only the last step's episodes
     assert not list((tmp_path / "bundle").rglob("checkpoints"))  # weights never bundled
     assert set(install(tmp_path / "fresh", tmp_path / "bundle")) == expected
+
+
+@pytest.mark.slow
+def test_the_core_protocols_tiny_profile_runs_every_unit_and_judges_the_world_claims(tmp_path):
+    """configs/study-core-tiny.toml: the world-model protocol's plumbing (every arm, every
+    evaluation, the claims (a′)–(d′) and the collusion columns), on the random tiny model."""
+    sft = f"model={_sft_checkpoint(tmp_path / 'sft')}"
+    done = _study(tmp_path, "--config", str(CORE_TINY), "--set", sft, "--one-process")
+    assert done.wait(timeout=600) == 0, done.stdout.read().decode()[-3000:]
+    report = json.loads((tmp_path / "runs" / "study-core-tiny" / "report.json").read_text())
+    arms = load(StudyConfig, CORE_TINY).arms
+    assert "fidelity" in arms and {a["status"] for a in report["arms"].values()} == {"done"}
+    assert [v["claim"][:4] for v in report["verdicts"]] == ["(a′)", "(b′)", "(c′)", "(d′)"]
+    assert all(v["verdict"] for v in report["verdicts"])
+    assert {"base", "sft", *arms} == {r["checkpoint"] for r in report["table"]}
+    assert all("collusion" in w for w in report["world"])
+    text = (tmp_path / "runs" / "study-core-tiny" / "report.md").read_text()
+    assert "| echo | error recall | errors as success | answer from a wrong rehearsal |" in text

@@ -7,7 +7,12 @@ steps, batch shape, task order and seeds. What an arm changes is exactly its def
 * ``real-grpo`` — real-environment rollouts, act role trained (the interaction baseline);
 * ``act-only`` — rehearsal rollouts, rehearse role frozen;
 * ``shared-baseline`` — ``envace`` with one baseline for both roles;
-* ``simulator`` — a frozen copy of the SFT model answers the tools; act role trained.
+* ``simulator`` — a frozen copy of the SFT model answers the tools; act role trained;
+* ``fidelity`` — ``envace`` with the world role's truth signals of ``[fidelity]``: the offline
+  fidelity reward on rehearse rows, the auxiliary next-observation NLL and the KL anchor.
+
+A study whose arms include ``fidelity`` is judged on the world-model claims (a′)–(d′)
+(``study.claims``); the others on the reproduction claims (a)–(e).
 
 ``[eval]`` says how every checkpoint (``base``, ``sft`` and each arm's last) is evaluated; it is
 the only section a resumed study may change (``RESUMABLE``), with ``lanes`` (how many units
@@ -33,8 +38,15 @@ from envace_engine.config import (
 )
 from envace_engine.study.stats import RESAMPLES
 
-ArmName = Literal["envace", "real-grpo", "act-only", "shared-baseline", "simulator"]
-ARMS: tuple[str, ...] = ("envace", "real-grpo", "act-only", "shared-baseline", "simulator")
+ArmName = Literal["envace", "real-grpo", "act-only", "shared-baseline", "simulator", "fidelity"]
+ARMS: tuple[str, ...] = (
+    "envace",
+    "real-grpo",
+    "act-only",
+    "shared-baseline",
+    "simulator",
+    "fidelity",
+)
 # What each arm sets in its TrainConfig on top of the shared [train] section.
 ARM_OVERRIDES: dict[str, dict[str, Any]] = {
     "envace": {"mode": "envace"},
@@ -42,7 +54,18 @@ ARM_OVERRIDES: dict[str, dict[str, Any]] = {
     "act-only": {"mode": "act-only"},
     "shared-baseline": {"mode": "envace", "advantages": {"role_wise": False}},
     "simulator": {"mode": "simulator"},
+    "fidelity": {"mode": "envace"},  # and the [fidelity] section (StudyConfig.arm_config)
 }
+
+
+class StudyFidelity(Section):
+    """What the ``fidelity`` arm adds to ``envace`` (``TrainConfig`` keys of the same names)."""
+
+    task_weight: float = Field(
+        0.5, ge=0, le=1, description="world.task_weight: α of a rehearse row's α·R + (1 − α)·F"
+    )
+    world_nll: float = Field(0.1, ge=0, description="loss.world_nll: the auxiliary NLL's weight")
+    world_kl: float = Field(0.0, ge=0, description="loss.world_kl: the world role's KL anchor")
 
 
 class StudyTrain(Section):
@@ -125,6 +148,7 @@ class StudyConfig(Section):
     )
     train: StudyTrain = StudyTrain()
     eval: StudyEval = StudyEval()
+    fidelity: StudyFidelity = StudyFidelity()
     # Filled from ``model``'s checkpoint record by ``config.build`` (INHERITS_PROMPTS) and
     # folded into [train.rollout] (``_fold_prompts``); a study renders every prompt as the SFT
     # checkpoint was trained.
@@ -174,4 +198,8 @@ class StudyConfig(Section):
         )
         for key, value in ARM_OVERRIDES[arm].items():
             data[key] = {**data[key], **value} if isinstance(value, dict) else value
+        if arm == "fidelity":
+            f = self.fidelity
+            data["world"] = {"task_weight": f.task_weight}
+            data["loss"] = {**data["loss"], "world_nll": f.world_nll, "world_kl": f.world_kl}
         return TrainConfig.model_validate(data)

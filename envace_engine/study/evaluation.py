@@ -188,6 +188,7 @@ def evaluate_fidelity(
         wall_s=time.perf_counter() - started,
         exact_by_task=world.exact_by_task,
         collusion={k: m[k] for k in COLLUSION_RATES if k in m},
+        by_task=world.by_task,
     )
 
 

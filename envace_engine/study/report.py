@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from envace_engine.fidelity.collusion import COLLUSION_RATES
+from envace_engine.study.claims import world_claims
 from envace_engine.study.config import StudyConfig
 from envace_engine.study.state import ArmState, CheckpointEval, SettingResult, StudyState
 from envace_engine.study.stats import Estimate, bootstrap_mean, paired_by_task, paired_difference
@@ -186,7 +187,10 @@ class Builder:
         }
 
     def verdicts(self) -> list[dict[str, Any]]:
-        """One verdict per claim (a)–(e) of docs/study.md."""
+        """One verdict per claim: (a′)–(d′) of ``study.claims`` for a study with a ``fidelity``
+        arm, else (a)–(e) of docs/study.md."""
+        if "fidelity" in self.config.arms:
+            return world_claims(self)
         return [
             self.claim_a(),
             self.claim_b(),

@@ -68,6 +68,8 @@ class FidelityResult:
     exact_by_task: dict[str, float] = field(default_factory=dict)  # tasks with pairs only
     # fidelity.collusion rates (echo_rate, error_recall, ...); empty in studies before them
     collusion: dict[str, float] = field(default_factory=dict)
+    # task id -> exact, status_agree, score and collusion rates (``training.probe.by_task``)
+    by_task: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 @dataclass

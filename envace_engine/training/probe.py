@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 from envace_engine.config import ProbeSettings, TrainConfig
 from envace_engine.environments.base import Suite
-from envace_engine.fidelity.collusion import collusion_metrics
+from envace_engine.fidelity.collusion import collusion, collusion_metrics
 from envace_engine.fidelity.metrics import compare
 from envace_engine.rollout.loop import RolloutConfig, rollout
 from envace_engine.rollout.prompts import rehearse_target
@@ -133,6 +133,8 @@ class WorldCheck:
     per_task: dict[str, float]  # task id -> full successes / repeats
     metrics: dict[str, float]  # rehearsed_success, pairs, fidelity_exact, ..., real_nll
     exact_by_task: dict[str, float]  # task id -> share of its pairs that are exact
+    # task id -> exact, status_agree, score and the collusion rates it can count (``by_task``)
+    by_task: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
 
 
 def check_world(
@@ -174,7 +176,7 @@ def judge_world(
         nll = real_nll(model, ChatTokenizer(tokenizer), episodes, bf16)
         if nll is not None:
             metrics["real_nll"] = nll
-    return WorldCheck(episodes, per_task, metrics, exact_by_task(episodes))
+    return WorldCheck(episodes, per_task, metrics, exact_by_task(episodes), by_task(episodes))
 
 
 def exact_by_task(episodes: Sequence[Episode]) -> dict[str, float]:
@@ -186,6 +188,33 @@ def exact_by_task(episodes: Sequence[Episode]) -> dict[str, float]:
             if c.shown == "rehearsed" and c.real is not None:
                 hits.setdefault(e.task_id, []).append(compare(c.rehearsed, c.real).exact)
     return {task: sum(v) / len(v) for task, v in hits.items()}
+
+
+def by_task(episodes: Sequence[Episode]) -> dict[str, dict[str, float]]:
+    """Per task with rehearsed-vs-real pairs: the share exact, the share whose status agrees,
+    the mean pair score, and the collusion rates its episodes can count (``fidelity.collusion``):
+    what a study pairs by task to put a confidence interval on a world-model difference."""
+    grouped: dict[str, list[Episode]] = {}
+    for e in episodes:
+        grouped.setdefault(e.task_id, []).append(e)
+    out = {}
+    for task, eps in grouped.items():
+        pairs = [
+            compare(c.rehearsed, c.real)
+            for e in eps
+            for c in e.calls
+            if c.shown == "rehearsed" and c.real is not None
+        ]
+        if not pairs:
+            continue
+        n = len(pairs)
+        row = {
+            "exact": sum(p.exact for p in pairs) / n,
+            "status_agree": sum(p.status_agree for p in pairs) / n,
+            "score": sum(p.score for p in pairs) / n,
+        }
+        out[task] = {**row, **collusion(eps).rates()}
+    return out
 
 
 def _mean(values: Sequence[float | None]) -> float:
