@@ -93,11 +93,12 @@ class QueueQueries:
         where, params = f.where(with_scope=not back)
         if after is not None:
             key = self._sql(
-                "SELECT step, episode_index, call_index FROM call_index WHERE call_id = ?",
-                [after],
+                "SELECT step, episode_index, call_index FROM call_index "
+                "WHERE run_id = ? AND call_id = ?",
+                [f.run_id, after],  # call ids repeat across runs: the queue's run's
             )
             if key.empty:
-                raise KeyError(f"no call {after!r} in any run (was its run deleted?)")
+                raise KeyError(f"no call {after!r} in run {f.run_id!r} (was it deleted?)")
             where += f" AND {KEY} {'<' if back else '>'} (?, ?, ?)"
             params += [int(v) for v in key.iloc[0]]
         order = "DESC" if back else "ASC"

@@ -156,3 +156,22 @@ def test_a_label_on_a_missing_call_is_refused_and_nothing_is_lost(twins):
         twins.annotate("call", call_id, "other", "x" * (NOTE_MAX_CHARS + 1), run_id="twin-a")
     kept = twins.annotations(run_id="twin-a")
     assert list(kept["target_id"]) == [call_id] and list(kept["label"]) == ["faithful"]
+
+
+def test_the_queue_walks_its_own_run_when_ids_repeat(tmp_path):
+    from storage.queue import QueueFilter
+
+    # twin-a has 4 episodes, twin-b 2: the same first ids, at the same places
+    for run_id, n in (("twin-a", 4), ("twin-b", 2)):
+        with RunWriter.create(tmp_path, "train", model="tiny", suite="toy", run_id=run_id) as w:
+            w.episodes(0, make_step(0, n, "same"))
+    with Store(tmp_path, url=MEMORY) as store:
+        b = QueueFilter(run_id="twin-b", author="me", scope="all")
+        ids = []
+        current = store.queue_next(b)
+        while current is not None:
+            ids.append(current)
+            current = store.queue_next(b, current)
+        assert ids == list(store.pairs(run_id="twin-b")["call_id"])
+        with pytest.raises(KeyError, match="twin-b"):
+            store.queue_next(b, "nope/0")
