@@ -21,7 +21,8 @@ from pydantic import (
 )
 
 from envace_engine.config import ROLLOUT_DEFAULTS
-from envace_engine.models import registry
+from envace_engine.models import SMOLLM2, TINY, registry
+from studio.space import HostLimits
 
 KINDS = {
     "train": "EnvACE training (rehearsal mode, role-wise GRPO)",
@@ -33,12 +34,17 @@ KINDS = {
 }
 # every suite of ``envace_engine.environments.suite_names()`` (a test checks they agree; the
 # studio does not import the engine's environments to list them)
-SUITES = ("toy", "bfcl-gen", "bfcl", "tau2-airline", "tau2-retail", "tau2-mock")
+SUITES = ("toy", "toy-library", "bfcl-gen", "bfcl", "tau2-airline", "tau2-retail", "tau2-mock")
 TAU2 = frozenset(s for s in SUITES if s.startswith("tau2-"))
 USER_KINDS = frozenset({"eval"})  # commands that take a simulated user (``--user``)
 MODES = ("parallel", "sequential", "select")
 CONFIGURED = frozenset({"train", "baseline", "sft"})  # take a TOML config written by the studio
 RESUMABLE = frozenset({"train", "baseline"})  # `envace train --resume RUN_DIR`
+# The forms open on the cheapest job, so one click on a hosted demo never starts a CPU-heavy
+# one: a rollout batch (no training) of the random tiny model finishes in seconds.
+DEFAULT_KIND = "rollout"
+DEFAULT_MODEL = TINY
+MODEL_CHOICES = (TINY, SMOLLM2)
 
 
 class FormError(ValueError):
@@ -64,6 +70,44 @@ def known_model(value: str) -> str:
     )
 
 
+def limits_note(limits: HostLimits) -> str:
+    """Markdown shown beside a launch button: what a job costs, and the host's limits (a
+    Space's), so a visitor reads them before the click rather than in a refusal after it."""
+    cost = (
+        f"`{TINY}` is a small random model for trying the plumbing: its jobs end in seconds; "
+        f"`{SMOLLM2}` jobs take minutes on a CPU."
+    )
+    rules = []
+    if limits.max_jobs is not None:
+        rules.append(
+            "one job at a time" if limits.max_jobs == 1 else f"{limits.max_jobs} jobs at a time"
+        )
+    if limits.max_model_params is not None:
+        rules.append(
+            f"models up to {limits.max_model_params / 1e6:.0f} M parameters, run on this "
+            "machine's CPU (no remote servers)"
+        )
+    if not rules:
+        return cost
+    return f"**Limits on this host:** {'; '.join(rules)}. {cost}"
+
+
+def clamp_page(page: object, pages: int) -> tuple[int, str]:
+    """A requested page number clamped to 1..``pages``, and a message when it was out of range
+    or not a number ("" otherwise), so a pager answers page 999 or 0 with a sentence instead of
+    an error."""
+    pages = max(1, pages)
+    try:
+        wanted = int(float(str(page).strip()))
+    except (ValueError, OverflowError):
+        return 1, f"page {page!r} is not a number: showing page 1 of {pages}"
+    if wanted < 1:
+        return 1, f"pages start at 1 (asked for {wanted}): showing page 1 of {pages}"
+    if wanted > pages:
+        return pages, f"there are only {pages} page(s) (asked for {wanted}): showing page {pages}"
+    return wanted, ""
+
+
 class LaunchRequest(BaseModel):
     """One job request from the Runs page or the Budget page."""
 
@@ -71,7 +115,9 @@ class LaunchRequest(BaseModel):
 
     kind: Literal["train", "baseline", "sft", "eval", "sweep", "rollout"]
     model: str = Field(min_length=1)
-    suite: Literal["toy", "bfcl-gen", "bfcl", "tau2-airline", "tau2-retail", "tau2-mock"]
+    suite: Literal[
+        "toy", "toy-library", "bfcl-gen", "bfcl", "tau2-airline", "tau2-retail", "tau2-mock"
+    ]
     # τ² only: the simulated user's model ("" = replay each task's scripted opening)
     user: str = ""
     steps: int = Field(default=2, ge=1, le=100_000)

@@ -125,14 +125,14 @@ def test_every_write_is_refused_to_visitors_and_other_accounts(hosted):
         assert refused in runs.resume(hosted, user, "train-demo")
         assert refused in budget.launch_sweep(hosted, user, {**FORM, "kind": "sweep"})[0]
         assert refused in annotate.save(hosted, user, "call", "ep-0-1/1", "faithful", "")[0]
-        assert refused in budget.save_choice(hosted, user, "tiny", "toy", 1, "parallel", "")[0]
+        assert refused in budget.save_choice(hosted, user, "train-demo", 1, "parallel", "")[0]
     assert hosted.store.annotations().empty and hosted.jobs.jobs() == []
 
 
 def test_the_owner_writes_within_the_limits(hosted):
     message, _ = annotate.save(hosted, "owner", "call", "ep-0-1/1", "faithful", "")
     assert "as **owner**" in message
-    message, _ = budget.save_choice(hosted, "owner", "tiny", "toy", 1, "parallel", "")
+    message, _ = budget.save_choice(hosted, "owner", "train-demo", 1, "parallel", "")
     assert message.startswith("Saved budget")
     message, run_id = runs.launch(hosted, "owner", FORM)
     assert run_id is not None, message

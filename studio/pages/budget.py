@@ -54,11 +54,10 @@ def per_task(results: pd.DataFrame) -> pd.DataFrame:
     table = (
         results.assign(setting=settings)
         .pivot_table(index="task_id", columns="setting", values="success", aggfunc="mean")
-        .round(2)
         .reset_index()
     )
     table.columns.name = None
-    return table
+    return charts.rounded(table)
 
 
 SETTING_METRICS = ("sweep/budget", "sweep/sequential", "sweep/rehearsal_tokens")
@@ -132,7 +131,7 @@ def deltas(results: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
         if est is not None:
             success = sum(mine[t] for t in plain.keys() & mine.keys()) / est.n
             rows.append([mode, n, success, est.mean, est.low, est.high, est.n])
-    return pd.DataFrame(rows, columns=DELTA_COLUMNS).round(3)
+    return charts.rounded(pd.DataFrame(rows, columns=DELTA_COLUMNS))
 
 
 def show_sweep(ctx: Studio, run_id: str | None) -> tuple[object, pd.DataFrame, pd.DataFrame, str]:
@@ -159,23 +158,47 @@ def _no_deltas() -> pd.DataFrame:
     return pd.DataFrame(columns=DELTA_COLUMNS)
 
 
+def sweep_target(ctx: Studio, run_id: str | None) -> tuple[str, str] | None:
+    """(model, suite) a sweep run evaluated, from its manifest: the checkpoint a budget chosen
+    from its results belongs to. None when no such run is picked."""
+    if not run_id:
+        return None
+    try:
+        manifest = ctx.store.run(run_id).manifest
+    except (KeyError, ValueError):
+        return None
+    model = manifest.model or str(manifest.config.get("model", ""))
+    return (model, manifest.suite) if model else None
+
+
+def target_text(ctx: Studio, run_id: str | None) -> str:
+    """The line above *Save budget*: which model and suite a save records."""
+    target = sweep_target(ctx, run_id)
+    if target is None:
+        return "Pick a sweep run above: the budget is saved for the model that sweep evaluated."
+    model, suite = target
+    return f"Saves the budget for **`{model}`** on `{suite}`: the model sweep `{run_id}` evaluated."
+
+
 def save_choice(
     ctx: Studio,
     user: str | None,
-    model: str,
-    suite: str,
+    run_id: str | None,
     budget: float | None,
     mode: str,
     note: str,
 ) -> tuple[str, pd.DataFrame]:
-    """Record the chosen budget for the model on the suite."""
+    """Record the budget chosen from sweep ``run_id``'s results for the model and suite that
+    sweep evaluated (its manifest), not for whatever the sweep-launch form shows."""
     try:
         author = ctx.policy.author(user, "save a budget")
+        target = sweep_target(ctx, run_id)
+        if target is None:
+            raise ValueError("pick the sweep run whose results you chose the budget from")
         if budget is None or int(budget) < 0:
             raise ValueError("budget must be a whole number of imagined episodes, 0 or more")
-        ctx.store.save_budget(
-            (model or "").strip(), suite, int(budget), mode, author, (note or "").strip()
-        )
+        model, suite = target
+        ctx.store.save_budget(model, suite, int(budget), mode, author, (note or "").strip())
     except (AuthError, ValueError) as err:
         return f"**Not saved:** {err}", choices(ctx)
     return f"Saved budget N={int(budget)} ({mode}) for **{model}** on {suite}.", choices(ctx)
@@ -197,8 +220,8 @@ def build(ctx: Studio, user: gr.State, tab: gr.Tab) -> None:
     """Lay out the page and wire its events."""
     with gr.Row():
         model = gr.Dropdown(
-            ["tiny", "smollm2-135m"],
-            value="smollm2-135m",
+            list(forms.MODEL_CHOICES),
+            value=forms.DEFAULT_MODEL,
             allow_custom_value=True,
             label="model",
             elem_id="bud-model",
@@ -231,6 +254,7 @@ def build(ctx: Studio, user: gr.State, tab: gr.Tab) -> None:
             scale=3,
         )
         go = gr.Button("Run sweep", variant="primary", elem_id="bud-run", scale=1)
+    gr.Markdown(forms.limits_note(ctx.limits), elem_id="bud-limits")
     message = gr.Markdown(elem_id="bud-message")
     with gr.Row():
         pick = gr.Dropdown(
@@ -243,7 +267,12 @@ def build(ctx: Studio, user: gr.State, tab: gr.Tab) -> None:
         )
         progress = gr.Markdown(elem_id="bud-progress")
     with gr.Row():
-        plot = gr.Plot(label="success vs rehearsal tokens (± 1 s.e.)", elem_id="bud-chart")
+        plot = gr.Plot(
+            label="success vs rehearsal tokens (± 1 s.e.)",
+            elem_id="bud-chart",
+            show_label=False,  # the chart's title says it; the badge would cover that title
+            min_width=charts.PLOT_MIN_WIDTH,
+        )
         table = gr.Dataframe(interactive=False, label="success per task", max_height=320)
     delta = gr.Dataframe(
         interactive=False,
@@ -251,6 +280,7 @@ def build(ctx: Studio, user: gr.State, tab: gr.Tab) -> None:
         elem_id="bud-deltas",
     )
     gr.Markdown("### Choose a budget for this model")
+    target = gr.Markdown(target_text(ctx, None), elem_id="bud-target")
     with gr.Row():
         chosen = gr.Number(2, label="budget N", precision=0, minimum=0)
         mode = gr.Radio(list(forms.MODES), value="parallel", label="mode")
@@ -276,10 +306,11 @@ def build(ctx: Studio, user: gr.State, tab: gr.Tab) -> None:
     )
     shown = [plot, table, delta, progress]
     pick.change(lambda r: show_sweep(ctx, r), [pick], shown)
+    pick.change(lambda r: target_text(ctx, r), [pick], [target])
     timer.tick(lambda r: poll(ctx, r), [pick], shown, show_progress="hidden")
     tab.select(lambda: (gr.update(choices=sweep_runs(ctx)), choices(ctx)), None, [pick, history])
     save.click(
         lambda u, *v: save_choice(ctx, u, *v),
-        [user, model, suite, chosen, mode, note],
+        [user, pick, chosen, mode, note],
         [saved, history],
     )

@@ -3,6 +3,7 @@ curves of the selected run, cancel and resume. A timer polls the job files every
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterable
 from typing import cast
@@ -16,24 +17,64 @@ from studio.context import Studio
 from studio.jobs import ACTIVE, JobError, format_duration
 from studio.space import LimitError
 
-RUN_COLUMNS = ["run_id", "kind", "model", "suite", "status", "steps", "episodes", "mean_reward"]
+# Key columns first (the table scrolls sideways past them); ``run_id`` and ``status`` stay
+# pinned. ``steps`` is the run's own count (progress.json: steps done); ``episode steps`` counts
+# the steps whose episodes are stored, which for the bundled runs is only their last few.
+RUN_COLUMNS = [
+    "run_id",
+    "status",
+    "steps",
+    "mean reward",
+    "episodes",
+    "kind",
+    "suite",
+    "model",
+    "episode steps",
+    "progress",
+]
+COLUMN_WIDTHS: list[str | int] = [
+    "270px",
+    "90px",
+    "70px",
+    "110px",
+    "90px",
+    "80px",
+    "80px",
+    "320px",
+    "120px",
+    "200px",
+]
+PINNED = 2
 POLL_S = 2.0
+
+
+def step_counts(df: pd.DataFrame) -> pd.Series:
+    """A run's steps: its progress report's count when it has one (a study arm keeps episodes
+    of its last steps only, so counting stored steps undercounts), else the stored steps."""
+    episode_steps = df["steps"].fillna(0).astype(int)
+    if "total" not in df or "done" not in df:
+        return episode_steps
+    total = df["total"].fillna(0).astype(int)
+    done = df["done"].fillna(0).astype(int)
+    return done.where(total > 0, episode_steps)
 
 
 def runs_table(ctx: Studio) -> pd.DataFrame:
     """All runs, newest first, with status taken from the live job when the studio started it."""
     df = ctx.store.runs()
     if df.empty:
-        return pd.DataFrame(columns=[*RUN_COLUMNS, "progress"])
+        return pd.DataFrame(columns=RUN_COLUMNS)
     live = {v.record.run_id: v for v in ctx.jobs.jobs()}
-    df = df.reindex(columns=RUN_COLUMNS).copy()
+    df = df.copy()
+    df["episode steps"] = df["steps"].fillna(0).astype(int)
+    df["steps"] = step_counts(df)
     df["status"] = [
         live[r].record.status if r in live else s
         for r, s in zip(df["run_id"], df["status"], strict=True)
     ]
     df["progress"] = [live[r].label if r in live else "" for r in df["run_id"]]
-    df["mean_reward"] = df["mean_reward"].astype(float).round(3)
-    return df
+    df["mean reward"] = df["mean_reward"].astype(float)
+    return charts.rounded(df.reindex(columns=RUN_COLUMNS))
 
 
 def jobs_table(ctx: Studio) -> pd.DataFrame:
@@ -113,7 +154,9 @@ def progress_text(ctx: Studio, run_id: str | None) -> str:
         except KeyError:
             return f"No run `{run_id}` in the data folder."
         where = f" — step {prog.done} of {prog.total}" if prog.total else ""
-        return f"**{run_id}**: {prog.status or 'no progress report'}{where} {prog.message}"
+        # "step 40/40" repeats the counts just given
+        said = prog.message if prog.message != f"step {prog.done}/{prog.total}" else ""
+        return f"**{run_id}**: {prog.status or 'no progress report'}{where} {said}".rstrip()
     elapsed = (view.record.ended_at or view.progress.updated_at or view.record.started_at) - (
         view.progress.started_at or view.record.started_at
     )
@@ -131,16 +174,65 @@ FIDELITY_CURVES = (
 
 # Sampler vs trainer log-probs on the trained tokens (training.optimize.Mismatch): numerics only.
 MISMATCH_CURVES = ("rollout/logprob_diff", "rollout/mismatch_kl")
+# (chart title, metric prefixes) of the run page's charts, two per row.
+CURVE_CHARTS = (
+    ("reward per role", REWARD_CURVES),
+    ("fidelity", FIDELITY_CURVES),
+    ("loss", ("loss",)),
+    ("sampler vs trainer log-probs", MISMATCH_CURVES),
+)
+CURVE_WIDTH = 440  # with its axis and legend, half of a 1200-pixel page
+ENDED = frozenset({"done", "failed", "cancelled", "lost"})
+TRAINS_NOTHING = "it trains nothing, so it logs no {chart} per step"
+# Why a finished run has no curves for a chart, by (chart, run kind or training mode).
+WHY_EMPTY = {
+    ("fidelity", "real-grpo"): "it ran the real tools and rehearsed no call, so it has no "
+    "rehearsed/real pairs to compare",
+    ("fidelity", "sft"): "SFT trains on reference trajectories: no rollouts, so no "
+    "rehearsed/real pairs",
+    ("fidelity", "eval"): "an evaluation scores fidelity once, not per step: see "
+    "the Rehearsed vs real page",
+    ("fidelity", "sweep"): "a sweep records results per setting: see the Rehearsal budget page",
+    ("fidelity", "rollout"): "its rollouts recorded no rehearsed/real pairs",
+    ("reward per role", "sweep"): "a sweep records success per setting: see the Rehearsal "
+    "budget page",
+    ("reward per role", "eval"): "an evaluation records its results once, not per step",
+}
+
+
+def run_state(ctx: Studio, run_id: str) -> tuple[str, str, str]:
+    """(kind, training mode, status) of a run; the live job's status when the studio runs it."""
+    try:
+        info = ctx.store.run(run_id)
+    except (KeyError, ValueError):
+        return "", "", ""
+    status = info.progress.status
+    with contextlib.suppress(JobError):
+        status = ctx.jobs.get(run_id).record.status
+    return info.manifest.kind, str(info.manifest.config.get("mode", "")), status
+
+
+def empty_reason(chart: str, kind: str, mode: str, status: str) -> str:
+    """What an empty chart says: "not yet" while the run goes on; once it has ended, that it
+    never will, and why where the run's kind or mode says so."""
+    if status not in ENDED:
+        return f"no {chart} yet: they appear after the first step"
+    why = WHY_EMPTY.get((chart, mode)) or WHY_EMPTY.get((chart, kind))
+    if why is None and kind in ("eval", "sweep", "rollout") and chart != "fidelity":
+        why = TRAINS_NOTHING.format(chart=chart)
+    ended = f"this {kind or 'run'} run ended ({status}) with no {chart} curves"
+    if why is None and chart == "fidelity":
+        why = "it recorded no rehearsed/real pairs"
+    return f"{ended}: {why}" if why else ended
 
 
 def curve_charts(ctx: Studio, run_id: str | None) -> tuple[object, ...]:
     """Reward per role, fidelity, loss and sampler/trainer mismatch curves of one run."""
     df = ctx.store.curves(run_id) if run_id else pd.DataFrame(columns=["step", "name", "value"])
-    return (
-        charts.curves(df, REWARD_CURVES, "reward per role", 300),
-        charts.curves(df, FIDELITY_CURVES, "fidelity", 300),
-        charts.curves(df, ("loss",), "loss", 300),
-        charts.curves(df, MISMATCH_CURVES, "sampler vs trainer log-probs", 300),
+    kind, mode, status = run_state(ctx, run_id) if run_id else ("", "", "")
+    return tuple(
+        charts.curves(df, prefixes, title, CURVE_WIDTH, empty_reason(title, kind, mode, status))
+        for title, prefixes in CURVE_CHARTS
     )
 
 
@@ -174,13 +266,25 @@ def run_choices(ctx: Studio) -> list[str]:
     return [] if df.empty else list(df["run_id"])
 
 
+def chart_plot(label: str, elem_id: str) -> gr.Plot:
+    """A chart's box: at least as wide as the chart (a Row too narrow for two wraps them one
+    per row instead of clipping axes and legends), its label badge hidden because it would sit
+    over the chart's own title."""
+    return gr.Plot(label=label, elem_id=elem_id, show_label=False, min_width=charts.PLOT_MIN_WIDTH)
+
+
 def build(ctx: Studio, user: gr.State) -> None:
     """Lay out the page and wire its events."""
     with gr.Row():
         with gr.Column(scale=3):
             gr.Markdown("### Runs")
             runs = gr.Dataframe(
-                runs_table(ctx), elem_id="runs-table", interactive=False, max_height=320
+                runs_table(ctx),
+                elem_id="runs-table",
+                interactive=False,
+                max_height=320,
+                column_widths=COLUMN_WIDTHS,
+                pinned_columns=PINNED,
             )
             gr.Markdown("### Jobs started here")
             jobs = gr.Dataframe(
@@ -190,14 +294,14 @@ def build(ctx: Studio, user: gr.State) -> None:
             gr.Markdown("### Launch a job")
             kind = gr.Dropdown(
                 [(f"{k}: {v}", k) for k, v in forms.KINDS.items()],
-                value="rollout",
+                value=forms.DEFAULT_KIND,
                 label="job",
                 elem_id="launch-kind",
             )
             with gr.Row():
                 model = gr.Dropdown(
-                    ["tiny", "smollm2-135m"],
-                    value="smollm2-135m",
+                    list(forms.MODEL_CHOICES),
+                    value=forms.DEFAULT_MODEL,
                     allow_custom_value=True,
                     label="model",
                     elem_id="launch-model",
@@ -244,6 +348,7 @@ def build(ctx: Studio, user: gr.State) -> None:
                 modes = gr.CheckboxGroup(
                     list(forms.MODES), value=["parallel"], label="rehearsal modes (sweep)"
                 )
+            gr.Markdown(forms.limits_note(ctx.limits), elem_id="launch-limits")
             go = gr.Button("Launch", variant="primary", elem_id="launch-button")
             launched = gr.Markdown(elem_id="launch-message")
     gr.Markdown("### Selected run")
@@ -254,11 +359,15 @@ def build(ctx: Studio, user: gr.State) -> None:
         stop = gr.Button("Cancel", variant="stop", scale=1, elem_id="cancel-button")
         again = gr.Button("Resume", scale=1, elem_id="resume-button")
     progress = gr.Markdown(progress_text(ctx, None), elem_id="run-progress")
+    # Two charts per row, each at least as wide as its chart (a narrower page wraps them one per
+    # row rather than clipping axes and legends); the chart's own title names it, so the
+    # component's label badge, which would sit over that title, is hidden.
     with gr.Row():
-        reward_plot = gr.Plot(label="reward per role")
-        fidelity_plot = gr.Plot(label="fidelity")
-        loss_plot = gr.Plot(label="loss")
-        gap_plot = gr.Plot(label="sampler vs trainer log-probs (|Δ|, KL)")
+        reward_plot = chart_plot("reward per role", "run-reward")
+        fidelity_plot = chart_plot("fidelity", "run-fidelity")
+    with gr.Row():
+        loss_plot = chart_plot("loss", "run-loss")
+        gap_plot = chart_plot("sampler vs trainer log-probs (|Δ|, KL)", "run-mismatch")
     timer = gr.Timer(POLL_S)
 
     form = {

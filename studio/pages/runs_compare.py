@@ -1,9 +1,10 @@
 """Compare runs: two or more runs' curves on shared axes, and per task who solved it.
 
 Pick runs (deep link ``?tab=runs-compare&runs=A,B``); one curve metric is drawn for every run
-on the same axes; the task table gives each run's success rate per task and, for the first two
-runs, which solved it (``A only``, ``B only``, ``both``, ``neither``); a click on a task opens
-the first two runs' episodes on it side by side (each run's first success, else first try).
+on the same axes (a reward first; the menu is grouped by prefix and searchable); the task table
+gives each run's success rate per task and, for the first two runs, which solved it (``A
+only``, ``B only``, ``both``, ``neither``); a click on a task opens the first two runs' episodes
+on it side by side (each run's first success, else first try).
 """
 
 from __future__ import annotations
@@ -23,28 +24,49 @@ OUTCOMES = ("all", "A only", "B only", "both", "neither")
 
 
 def shared_curves(curves: dict[str, pd.DataFrame], metric: str) -> alt.Chart:
-    """One line per run for ``metric`` over steps (``curves``: each run's ``store.curves``)."""
+    """One line per run for ``metric`` over steps (``curves``: each run's ``store.curves``),
+    each run in its app-wide colour."""
     frames = [df[df["name"] == metric].assign(run=run_id) for run_id, df in curves.items()]
     data = pd.concat(frames) if frames else pd.DataFrame()
     if data.empty:
         return charts.empty(f"no {metric} in these runs")
-    return (
-        alt.Chart(data[["step", "value", "run"]], title=metric)
-        .mark_line(point=True)
-        .encode(
-            x=alt.X("step:Q", axis=alt.Axis(format="d", tickMinStep=1)),
-            y=alt.Y("value:Q", title=metric),
-            color=alt.Color("run:N", legend=alt.Legend(orient="bottom")),
-            tooltip=["run:N", "step:Q", alt.Tooltip("value:Q", format=".3f")],
-        )
-        .properties(width=charts.WIDTH, height=charts.HEIGHT)
-    )
+    return charts.series(data, "run", metric, metric, charts.WIDTH + 200)
+
+
+# Curves a reader looks at first, in this order; every other metric follows, grouped by its
+# prefix (``adv/``, ``fidelity/``, ...) with the groups read first leading.
+FIRST_CURVES = ("reward/act", "reward/mean", "success/real", "loss")
+FIRST_GROUPS = ("reward", "success", "fidelity", "heldout", "loss")
+
+
+def group_of(metric: str) -> str:
+    """A metric's group: the part of its name before the first ``/``."""
+    return metric.split("/", 1)[0]
+
+
+def metric_order(metric: str) -> tuple[int, str, str]:
+    """Sort key: groups read first lead, then the other groups alphabetically; by name within."""
+    group = group_of(metric)
+    rank = FIRST_GROUPS.index(group) if group in FIRST_GROUPS else len(FIRST_GROUPS)
+    return rank, group, metric
 
 
 def metrics_of(curves: dict[str, pd.DataFrame]) -> list[str]:
-    """Curve metrics every chosen run logged."""
+    """Curve metrics every chosen run logged, grouped by prefix (``metric_order``)."""
     names = [set(df["name"]) for df in curves.values()]
-    return sorted(set.intersection(*names)) if names else []
+    return sorted(set.intersection(*names), key=metric_order) if names else []
+
+
+def default_metric(names: list[str]) -> str:
+    """The curve shown first: a reward, else a success rate, else the loss, else the first."""
+    for wanted in FIRST_CURVES:
+        if wanted in names:
+            return wanted
+    for prefix in ("reward/", "success/"):
+        found = next((n for n in names if n.startswith(prefix)), None)
+        if found:
+            return found
+    return next(iter(names), "")
 
 
 def outcome(a: float | None, b: float | None) -> str:
@@ -93,9 +115,15 @@ def build(ctx: Studio, demo: gr.Blocks) -> None:
         run_choices(ctx), multiselect=True, label="runs (A, B, …)", elem_id="cmp-runs"
     )
     with gr.Row():
-        metric = gr.Dropdown([], label="curve", elem_id="cmp-metric")
+        metric = gr.Dropdown(
+            [],
+            label="curve (type to search)",
+            filterable=True,
+            elem_id="cmp-metric",
+            scale=2,
+        )
         which = gr.Radio(list(OUTCOMES), value="all", label="tasks", elem_id="cmp-which")
-    plot = gr.Plot(label="curves on shared axes", elem_id="cmp-plot")
+    plot = gr.Plot(label="curves on shared axes", elem_id="cmp-plot", show_label=False)
     message = gr.Markdown(elem_id="cmp-message")
     table = gr.Dataframe(interactive=False, max_height=300, elem_id="cmp-tasks")
     with gr.Row():
@@ -112,7 +140,7 @@ def build(ctx: Studio, demo: gr.Blocks) -> None:
             return gr.update(), None, "Pick two or more runs.", pd.DataFrame()
         curves = {r: ctx.store.curves(r) for r in run_ids}  # read once, for the menu and chart
         names = metrics_of(curves)
-        pick = chosen if chosen in names else next(iter(names), "")
+        pick = chosen if chosen in names else default_metric(names)
         df, msg = task_table(ctx, run_ids, kind)
         chart = shared_curves(curves, pick) if pick else charts.empty("no shared curves")
         return gr.update(choices=names, value=pick or None), chart, msg, df

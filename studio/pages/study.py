@@ -18,6 +18,7 @@ import pandas as pd
 
 from studio import charts
 from studio.context import Studio
+from studio.pages import home
 
 REPORT = "report.json"
 # Curves the page offers: (label, metric name in report["curves"]).
@@ -61,9 +62,10 @@ def _pct(e: dict[str, float] | None, signed: bool = True) -> str:
     return f"{e['mean'] * 100:{f}} [{e['low'] * 100:{f}}, {e['high'] * 100:{f}}]"
 
 
-def _rounded(value: float | None) -> float | None:
-    """A per-episode mean to two decimals (None stays None: an empty cell)."""
-    return None if value is None else round(value, 2)
+def _rounded(value: float | None) -> Any:
+    """A number as every table shows it (``charts.round_number``; None stays None: an empty
+    cell)."""
+    return None if value is None else charts.round_number(float(value))
 
 
 def header(report: dict[str, Any] | None, run_id: str | None) -> str:
@@ -74,7 +76,8 @@ def header(report: dict[str, Any] | None, run_id: str | None) -> str:
         return f"Study `{run_id}` has no report yet: it appears when its first arm finishes."
     lines = [
         f"**{report['study_id']}** ({report['status']}) — suite `{report['suite']}`, "
-        f"{report['steps']} steps per arm from `{report['model']}`. {report.get('cost', '')}",
+        f"{report['steps']} steps per arm from `{report['model']}`. "
+        + home.link_docs(report.get("cost", "")),  # "see docs/study.md": a link to the doc
         "",
     ]
     for v in report["verdicts"]:
@@ -116,7 +119,7 @@ def table_frame(report: dict[str, Any] | None) -> pd.DataFrame:
                 "95% CI": f"[{s['low'] * 100:.1f}, {s['high'] * 100:.1f}]",
                 "Δ vs N=0 [CI]": _pct(r["delta"]),
                 "effect": r.get("effect") or "",  # reports before effects were judged lack it
-                "real calls": round(r["real_calls"], 2),
+                "real calls": _rounded(r["real_calls"]),
                 "invalid calls": _rounded(r.get("invalid_calls")),
             }
         )
@@ -135,9 +138,9 @@ def world_frame(report: dict[str, Any] | None) -> pd.DataFrame:
         rows.append(
             {
                 "checkpoint": w["checkpoint"],
-                "exact": None if w["exact"] is None else round(w["exact"], 3),
-                "status agree": None if w["status_agree"] is None else round(w["status_agree"], 3),
-                "real NLL": None if w["real_nll"] is None else round(w["real_nll"], 3),
+                "exact": _rounded(w["exact"]),
+                "status agree": _rounded(w["status_agree"]),
+                "real NLL": _rounded(w["real_nll"]),
                 "real %": _pct(w.get("real_success"), signed=False),
                 "rehearsed %": _pct(w["rehearsed_success"], signed=False),
                 "gap": _pct(w.get("gap")),
@@ -157,20 +160,10 @@ def curve_frame(report: dict[str, Any] | None, metric: str) -> pd.DataFrame:
 
 
 def curve_chart(frame: pd.DataFrame, label: str) -> alt.Chart:
-    """Every arm's curve of one metric on shared axes."""
+    """Every arm's curve of one metric on shared axes, each arm in its app-wide colour."""
     if frame.empty:
         return charts.empty(f"no {label} yet: it appears as the arms train")
-    return (
-        alt.Chart(frame, title=label)
-        .mark_line(point=True)
-        .encode(
-            x=alt.X("step:Q", title="step", axis=alt.Axis(format="d", tickMinStep=1)),
-            y=alt.Y("value:Q", title=label),
-            color=alt.Color("arm:N", title="arm", legend=alt.Legend(orient="bottom")),
-            tooltip=["arm:N", "step:Q", alt.Tooltip("value:Q", format=".3f")],
-        )
-        .properties(width=charts.WIDTH + 180, height=charts.HEIGHT)
-    )
+    return charts.series(frame, "arm", label, label, charts.WIDTH + 180, "arm")
 
 
 def show(ctx: Studio, run_id: str | None, label: str) -> tuple[str, Any, Any, Any]:
@@ -192,6 +185,10 @@ def refresh(ctx: Studio, run_id: str | None, label: str) -> tuple[Any, ...]:
 def build(ctx: Studio, tab: gr.Tab, demo: gr.Blocks) -> None:
     """Lay out the study page and wire it (``demo``: for the ``?study=`` deep link on load)."""
     runs = study_runs(ctx)
+    # The landing page: say what the demo is and what its words mean before the verdicts.
+    with gr.Accordion("What this demo is", open=True, elem_id="study-about"):
+        gr.Markdown(lambda: home.about_demo(ctx, heading=False))
+    home.glossary("study-glossary")
     with gr.Row():
         pick = gr.Dropdown(
             runs,
@@ -206,7 +203,7 @@ def build(ctx: Studio, tab: gr.Tab, demo: gr.Blocks) -> None:
     summary = gr.Markdown(elem_id="study-verdicts")
     gr.Markdown("### Test-time rehearsal on held-out tasks (real tools)")
     table = gr.Dataframe(interactive=False, elem_id="study-table", max_height=420)
-    plot = gr.Plot(label="arms on shared axes", elem_id="study-curves")
+    plot = gr.Plot(label="arms on shared axes", elem_id="study-curves", show_label=False)
     gr.Markdown("### World model: held-out rehearsal without references")
     world = gr.Dataframe(interactive=False, elem_id="study-world")
     outputs = [summary, table, world, plot]
