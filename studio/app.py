@@ -4,8 +4,10 @@ Heavy work (rollouts, training, live rehearsal) runs in subprocesses; this proce
 storage and files, so it never imports torch.
 
 Deep links: ``/?tab=inspector&episode=EPISODE_ID`` opens the trajectory inspector on an episode,
-``/?tab=study&study=RUN_ID`` the study page on a study; ``?tab=`` alone selects a page (ids in
-``PAGES``). The study page comes first: a fresh studio opens on the bundled study's report.
+``/?tab=study&study=RUN_ID`` the study page on a study, ``/?tab=home&doc=study.md`` a doc of
+``docs/`` rendered on Home (every "docs/NAME.md" the pages mention links there); ``?tab=`` alone
+selects a page (ids in ``PAGES``). The study page comes first: a fresh studio opens on the
+bundled study's report, under a header saying what the demo is.
 """
 
 from __future__ import annotations
@@ -52,28 +54,38 @@ CSS = """
 .json-diff table { width: 100%; border-collapse: collapse; }
 .json-diff td { vertical-align: top; width: 50%; padding: 4px; border: 1px solid #ddd; }
 """
-# Keyboard labelling on the Annotate page. While the queue shows a pair (its diff is on the page):
-# keys 1-5 pick its label, Enter saves and moves on, Alt+Left goes back. Otherwise keys 1-5 pick
-# the manual form's label and Ctrl+Enter saves it. Ignored while typing in a text field, so notes
-# can hold digits and new lines.
+# Keyboard labelling on the Annotate page: every label has a key, its number in the list (shown
+# beside it: 1-5 for a call, 1-6 for an episode). While the queue shows a pair (its diff is on
+# the page) the keys label the queue's pair, Enter saves and moves on, Alt+Left goes back;
+# once the form below was last clicked or focused (#annot-form) they pick the form's label,
+# as they do whenever the queue shows nothing. Ctrl+Enter saves the form. Ignored while typing
+# in a text field, so notes can hold digits and new lines.
 HEAD = """
 <script>
-document.addEventListener("keydown", (e) => {
-  const page = document.querySelector("#annotate-page");
-  if (!page || page.offsetParent === null) return;
-  const typing = ["TEXTAREA", "INPUT"].includes(e.target.tagName) && e.target.type !== "radio";
-  const queued = !!document.querySelector("#queue-diff table");
-  const click = (sel) => { document.querySelector(sel)?.click(); e.preventDefault(); };
-  if (e.ctrlKey && e.key === "Enter") return click("#annot-save");
-  if (typing || e.ctrlKey || e.metaKey) return;
-  if (queued && e.altKey && e.key === "ArrowLeft") return click("#queue-back");
-  if (e.altKey) return;
-  if (queued && e.key === "Enter") return click("#queue-save");
-  const n = parseInt(e.key, 10);
-  const boxes = document.querySelectorAll(
-    queued ? "#queue-label input[type=radio]" : "#annot-label input[type=radio]");
-  if (n >= 1 && n <= boxes.length) { boxes[n - 1].click(); e.preventDefault(); }
-});
+(() => {
+  let inForm = false;  // where the user last worked: the queue (default) or the form below
+  const track = (e) => { inForm = !!(e.target.closest && e.target.closest("#annot-form")); };
+  document.addEventListener("pointerdown", track, true);
+  document.addEventListener("focusin", track, true);
+  document.addEventListener("keydown", (e) => {
+    const page = document.querySelector("#annotate-page");
+    if (!page || page.offsetParent === null) return;
+    const typing = ["TEXTAREA", "INPUT", "SELECT"].includes(e.target.tagName)
+      && e.target.type !== "radio";
+    const queue = !!document.querySelector("#queue-diff table") && !inForm;
+    const click = (sel) => { document.querySelector(sel)?.click(); e.preventDefault(); };
+    if (e.ctrlKey && e.key === "Enter") return click("#annot-save");
+    if (typing || e.ctrlKey || e.metaKey) return;
+    if (queue && e.altKey && e.key === "ArrowLeft") return click("#queue-back");
+    if (e.altKey) return;
+    if (queue && e.key === "Enter") return click("#queue-save");
+    if (!/^[1-9]$/.test(e.key)) return;
+    const boxes = document.querySelectorAll(
+      queue ? "#queue-label input[type=radio]" : "#annot-label input[type=radio]");
+    const n = Number(e.key);
+    if (n <= boxes.length) { boxes[n - 1].click(); e.preventDefault(); }
+  });
+})();
 </script>
 """
 
@@ -141,7 +153,7 @@ def build_app(
             with gr.Tab(PAGES["study"], id="study", elem_id="study-page") as tab:
                 study.build(ctx, tab, demo)
             with gr.Tab(PAGES["home"], id="home"):
-                home.build(ctx)
+                home.build(ctx, demo)
             with gr.Tab(PAGES["runs"], id="runs", elem_id="runs-page"):
                 runs.build(ctx, user)
             with gr.Tab(PAGES["inspector"], id="inspector", elem_id="inspector-page") as tab:

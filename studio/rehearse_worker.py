@@ -5,9 +5,11 @@ reads one JSON request per line on stdin and writes one JSON answer per line on 
 
 Request: ``{"model": NAME, "prompt_ids": [...], "max_new_tokens": N, "temperature": T,
 "seed": S}`` — the rehearse prompt as token ids, exactly as the rollout built it (token in, token
-out: nothing is re-rendered or re-tokenised). Answer: ``{"text", "result" (parsed JSON value or
-null), "error" (parse error code or null), "tokens", "seconds", "load_s"}`` or
-``{"error": message}`` when the request itself was bad.
+out: nothing is re-rendered or re-tokenised). ``model`` is required: the worker never picks one
+itself, so an answer is never silently another model's. Answer: ``{"text", "result" (parsed JSON
+value or null), "error" (parse error code or null), "tokens", "seconds", "load_s", "model" (the
+name asked for), "model_path" (the folder it was loaded from)}`` or ``{"error": message}`` when
+the request itself was bad.
 
 ``RehearseClient`` is the studio side: it starts the worker lazily on the first request, keeps it
 for later ones (the model stays loaded) and restarts it if it died.
@@ -86,6 +88,7 @@ class _Models:
 
     def __init__(self) -> None:
         self.loaded: dict[str, Any] = {}
+        self.paths: dict[str, str] = {}  # name -> the folder its weights came from
 
     def sampler(self, name: str) -> tuple[Any, Any, float]:
         if name in self.loaded:
@@ -105,11 +108,14 @@ class _Models:
         model = AutoModelForCausalLM.from_pretrained(spec.path).eval()
         sampler = HFSampler(model, tok, batch_size=1)
         self.loaded[name] = (sampler, tok)
+        self.paths[name] = str(spec.path)
         return sampler, tok, time.perf_counter() - start
 
 
 def answer(models: _Models, request: dict[str, Any]) -> dict[str, Any]:
     """Rehearse one request (worker side): stored prompt ids, or a new call on a task."""
+    if not isinstance(request.get("model"), str) or not request["model"].strip():
+        return {"error": "name the model to rehearse with (model: a name or checkpoint folder)"}
     if request.get("kind") == "call":
         return answer_call(models, request)
     ids = request.get("prompt_ids")
@@ -147,7 +153,7 @@ def answer_call(models: _Models, request: dict[str, Any]) -> dict[str, Any]:
         tools=tuple(env.tools()), task=task, grounded=bool(request.get("grounded", False))
     )
     messages = rehearse_messages(ctx, [], assistant_text([call]), call)
-    _, tok, _ = models.sampler(str(request.get("model", "smollm2-135m")))
+    _, tok, _ = models.sampler(str(request["model"]))
     text = render(tok, messages, add_generation_prompt=True)
     ids = list(tok(text, add_special_tokens=False)["input_ids"])
     reply = _rehearse(models, request, ids)
@@ -166,7 +172,8 @@ def _rehearse(models: _Models, request: dict[str, Any], ids: list[int]) -> dict[
     from envace_engine.rollout.parsing import parse_rehearsal
     from envace_engine.samplers.base import SamplingParams
 
-    sampler, tok, load_s = models.sampler(str(request.get("model", "smollm2-135m")))
+    name = str(request["model"])
+    sampler, tok, load_s = models.sampler(name)
     params = SamplingParams(
         max_new_tokens=min(int(request.get("max_new_tokens", 128)), MAX_NEW_TOKENS),
         temperature=max(0.0, float(request.get("temperature", 0.0))),  # 0 = greedy
@@ -187,6 +194,8 @@ def _rehearse(models: _Models, request: dict[str, Any], ids: list[int]) -> dict[
         "seconds": round(seconds, 3),
         "load_s": round(load_s, 3),
         "finish_reason": gen.finish_reason,
+        "model": name,  # which model answered: the page names it and warns if not the run's
+        "model_path": models.paths.get(name, ""),
     }
 
 

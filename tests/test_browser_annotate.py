@@ -44,3 +44,25 @@ def test_annotation_survives_reload(tmp_path):
         note = history.get_by_text("claims shipped; real tool refused").filter(visible=True)
         assert note.count() == 1
         shot(page, "annotate")
+
+
+def test_an_episodes_sixth_label_has_a_key(tmp_path):
+    """The inspector's "label it" link opens the form on that run's episode; key 6 reaches the
+    sixth episode label, and a save clears the note."""
+    make_run(tmp_path)
+    with studio_server(tmp_path) as url, chromium_page() as page:
+        open_page(page, url, "?tab=annotate&run=train-demo&episode=ep-0-1")
+        label = page.locator("#annot-label")
+        label.get_by_text("6 · other").wait_for(timeout=LOAD_MS)
+        fill(page, "annot-note", "a plan that never checks the stock")
+        page.locator("body").click(position={"x": 5, "y": 5})  # leave the note: keys label now
+        page.keyboard.press("6")
+        page.keyboard.press("Control+Enter")
+        message = page.locator("#annot-message")
+        message.get_by_text("Saved other on").wait_for(timeout=LOAD_MS)
+        assert "train-demo" in message.inner_text()  # the label names its run
+        note = page.locator("#annot-note textarea").first
+        page.wait_for_function(
+            "() => document.querySelector('#annot-note textarea').value === ''", timeout=LOAD_MS
+        )
+        assert note.input_value() == ""

@@ -23,6 +23,7 @@ def test_a_row_click_lands_in_the_inspector_then_live_rehearse(tmp_path):
         # rows in run order: ep-0-0/0, ep-0-0/1, ep-0-1/0, ep-0-1/1 — the fourth row's cell
         table.get_by_text("inspector ↗").filter(visible=True).nth(3).click()
         page.wait_for_url("**tab=inspector**episode=ep-0-1", timeout=LOAD_MS)
+        assert "run=train-demo" in page.url  # the listed run's episode: ids repeat across runs
         summary = page.locator("#insp-summary")
         summary.get_by_text("ep-0-1").first.wait_for(timeout=LOAD_MS)
         page.locator("#insp-chat").get_by_text("tool call 1: ship").first.wait_for(timeout=LOAD_MS)
@@ -37,3 +38,5 @@ def test_a_row_click_lands_in_the_inspector_then_live_rehearse(tmp_path):
             timeout=LOAD_MS,
         )
         assert box.input_value() == "ep-0-1"
+        run = page.locator("#reh-run textarea, #reh-run input").first
+        assert run.input_value() == "train-demo"

@@ -23,5 +23,7 @@ def test_live_rehearsal_beside_the_real_response(tmp_path):
         choose(page, "reh-model", "tiny")
         page.locator("#reh-go").click()
         page.locator("#reh-timing").get_by_text("tokens in").wait_for(timeout=MODEL_MS)
+        # the run's own model answered (step 0 of a "tiny" run), and the page says which
+        assert "Answers: tiny" in page.locator("#reh-timing").inner_text()
         page.get_by_text("only 40 bolts in stock").first.wait_for(state="visible", timeout=LOAD_MS)
         shot(page, "rehearse")

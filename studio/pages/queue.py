@@ -3,7 +3,9 @@
 Pick a run and filters (tool, rehearsed and real status, fidelity range, scope: unlabelled by
 me, labelled by others, all); the page shows the pair with its context — the agent's chat up to
 the call, the call, both responses side by side with the differences marked — and labels it
-with keys 1-5; **Enter** saves and moves on, **Alt+←** goes back (script in ``studio.app.HEAD``).
+with keys 1–5 (each shown beside its label); **Enter** saves and moves on (clearing the note),
+**Alt+←** goes back (script in ``studio.app.HEAD``). Every view is of one run's pair: call ids
+repeat across runs, so the header, context, diff and label all use the queue's run.
 Progress counts the filtered pairs labelled by you. With two or more authors on the same pairs
 the agreement table shows, per pair of authors, Cohen's kappa, observed and per-label agreement.
 Every view has a deep link: ``?tab=annotate&run=RUN&call=CALL_ID``.
@@ -11,6 +13,7 @@ Every view has a deep link: ``?tab=annotate&run=RUN&call=CALL_ID``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import gradio as gr
@@ -19,7 +22,7 @@ import pandas as pd
 from storage.queue import SCOPES, QueueFilter
 from studio.context import Studio
 from studio.pages import compare, inspector
-from studio.pages.annotate import CALL_LABELS
+from studio.pages.annotate import NOTE_INFO, label_choices, label_title
 
 ANY = "any"
 AGREEMENT_COLUMNS = ["authors", "items", "kappa", "observed", "per label"]
@@ -58,11 +61,18 @@ def queue_filter(
     )
 
 
-def context_messages(ctx: Studio, call_id: str) -> list[dict[str, Any]]:
-    """The episode's chat up to and including the call (its answers are in the diff)."""
-    episode_id, _, index = call_id.rpartition("/")
+def context_messages(ctx: Studio, call_id: str, run_id: str) -> list[dict[str, Any]]:
+    """The chat of the run's episode up to and including the call (its answers are in the
+    diff)."""
+    view, _ = inspector.lookup(ctx, call_id.rpartition("/")[0], run_id)
+    return [] if view is None else context_of(view, call_id)
+
+
+def context_of(view: Any, call_id: str) -> list[dict[str, Any]]:
+    """An opened episode's chat up to and including call ``call_id``."""
+    index = call_id.rpartition("/")[2]
     out = []
-    for message in inspector.chat_messages(ctx.store.episode(episode_id)):
+    for message in inspector.chat_messages(view):
         meta = message.get("metadata") or {}
         if meta.get("parent_id") == f"call-{index}":
             break
@@ -71,15 +81,21 @@ def context_messages(ctx: Studio, call_id: str) -> list[dict[str, Any]]:
 
 
 def show(ctx: Studio, f: QueueFilter, call_id: str | None) -> tuple[str, list, str, str]:
-    """(header, context, diff, progress) of the queue at ``call_id`` (None: the end)."""
+    """(header, context, diff, progress) of the queue at ``call_id`` of run ``f.run_id`` (None:
+    the end). The episode is read once for all three views."""
     mine, total = ctx.store.queue_progress(f)
     progress = f"**{mine} / {total}** labelled by you" + (f" in `{f.run_id}`" if total else "")
     if call_id is None:
         done = "Nothing to label with these filters." if not total else "End of the queue."
         return f"{done} Change the filters or the scope.", [], "", progress
-    head, diff = compare.pair_detail(ctx, call_id)
-    link = f" · link: `?tab=annotate&run={f.run_id}&call={call_id}`"
-    return f"`{call_id}` · {head}{link}", context_messages(ctx, call_id), diff, progress
+    view, why = inspector.lookup(ctx, call_id.rpartition("/")[0], f.run_id)
+    if view is None:
+        return f"Call `{call_id}`: {why}", [], "", progress
+    head, diff = compare.pair_of(view, call_id)
+    if not diff:  # no such call in the run: the header says why
+        return head, [], "", progress
+    link = f" · link: `{inspector.address('annotate', f.run_id, call_id=call_id)}`"
+    return f"`{call_id}` · {head}{link}", context_of(view, call_id), diff, progress
 
 
 def agreement_frame(ctx: Studio, run_id: str | None) -> pd.DataFrame:
@@ -119,7 +135,43 @@ def step(
     return (*show(ctx, f, nxt), None, nxt or "")
 
 
-def build(ctx: Studio, user: gr.State, demo: gr.Blocks, save: Any) -> None:
+Save = Callable[[str | None, str, str, str | None, str], str]
+
+
+def save_and_next(
+    ctx: Studio,
+    save: Save,
+    user: str | None,
+    at: str,
+    label: str | None,
+    note: str,
+    values: list[Any],
+) -> tuple[Any, ...]:
+    """Label the pair on screen (call ``at`` of the run ``values[0]``) and move on: (the views
+    of ``step``, message, note, agreement). A saved label clears the note, so it is not
+    attached to the next pair's label; a refused one keeps everything for a retry."""
+    keep = (gr.update(),) * 6
+    if not at:
+        return (*keep, "Start the queue first.", note, gr.update())
+    said = save(user, values[0], at, label, note)
+    if not said.startswith("Saved"):
+        return (*keep, said, note, gr.update())
+    return (*step(ctx, user, values, at), said, "", agreement_frame(ctx, values[0]))
+
+
+def from_link(ctx: Studio, user: str | None, params: dict[str, str]) -> tuple[Any, ...]:
+    """(run, the views of ``step``, agreement) for ``?tab=annotate&run=RUN[&call=EP/IDX]``: the
+    queue of that run at that pair (its first pair without ``call``)."""
+    run_id, call = params.get("run", ""), params.get("call", "")
+    f = queue_filter(run_id, ctx.policy.author_name(user), "all", None, None, None, None, None)
+    at = call or ctx.store.queue_next(f)
+    head, chat, diff, progress = show(ctx, f, at)
+    current = at if diff else ""  # a call the run does not hold is not labelled from here
+    views = (head, chat, diff, progress, None, current or "")
+    return (gr.update(value=run_id), *views, agreement_frame(ctx, run_id))
+
+
+def build(ctx: Studio, user: gr.State, demo: gr.Blocks, save: Save) -> None:
     """The queue section; ``save(user, run_id, call_id, label, note) -> message`` stores one
     label."""
     gr.Markdown("### Queue")
@@ -140,8 +192,8 @@ def build(ctx: Studio, user: gr.State, demo: gr.Blocks, save: Any) -> None:
     head = gr.Markdown(elem_id="queue-head")
     chat = gr.Chatbot(label="context up to the call", height=300, elem_id="queue-context")
     diff = gr.HTML(elem_id="queue-diff")
-    label = gr.Radio(list(CALL_LABELS), label="label (keys 1-5)", elem_id="queue-label")
-    note = gr.Textbox(label="note", lines=1, elem_id="queue-note")
+    label = gr.Radio(label_choices("call"), label=label_title("call"), elem_id="queue-label")
+    note = gr.Textbox(label="note", lines=1, info=NOTE_INFO, elem_id="queue-note")
     save_btn = gr.Button("Save and next (Enter)", variant="primary", elem_id="queue-save")
     message = gr.Markdown(elem_id="queue-message")
     agree = gr.Dataframe(
@@ -163,12 +215,7 @@ def build(ctx: Studio, user: gr.State, demo: gr.Blocks, save: Any) -> None:
         return step(ctx, u, list(values), at or None, back=back)
 
     def save_next(u: str | None, at: str, lab: str | None, n: str, *values: Any):
-        if not at:
-            return (*keep, "Start the queue first.", n, gr.update())
-        said = save(u, values[0], at, lab, n)
-        if not said.startswith("Saved"):
-            return (*keep, said, n, gr.update())
-        return (*step(ctx, u, list(values), at), said, "", agreement_frame(ctx, values[0]))
+        return save_and_next(ctx, save, u, at, lab, n, list(values))
 
     def again(u: str | None, at: str, *values: Any) -> tuple[Any, ...]:
         """Re-show the current pair (after a sign-in: "labelled by you" is someone else now)."""
@@ -184,14 +231,11 @@ def build(ctx: Studio, user: gr.State, demo: gr.Blocks, save: Any) -> None:
     back.click(lambda u, at, *v: move(u, at, *v, back=True), [user, current, *form], views)
     save_btn.click(save_next, [user, current, label, note, *form], [*views, message, note, agree])
 
-    def from_link(u: str | None, request: gr.Request) -> tuple[Any, ...]:
-        params = request.query_params if request else {}
-        run_id, call = params.get("run", ""), params.get("call", "")
-        if params.get("tab") != "annotate" or not run_id:
+    def on_load(u: str | None, request: gr.Request) -> tuple[Any, ...]:
+        params = dict(request.query_params) if request else {}
+        # &episode= links to the form below (an episode is no pair): the queue stays as it is
+        if params.get("tab") != "annotate" or not params.get("run") or params.get("episode"):
             return (gr.update(), *keep, gr.update())
-        f = queue_filter(run_id, ctx.policy.author_name(u), "all", None, None, None, None, None)
-        at = call or ctx.store.queue_next(f)
-        agree_now = agreement_frame(ctx, run_id)
-        return (gr.update(value=run_id), *show(ctx, f, at), None, at or "", agree_now)
+        return from_link(ctx, u, params)
 
-    demo.load(from_link, [user], [run, *views, agree])
+    demo.load(on_load, [user], [run, *views, agree])

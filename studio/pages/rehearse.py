@@ -6,11 +6,19 @@ fresh environment beside it).
 The task state is the exact rehearse prompt the rollout built (its token ids are stored with
 every rehearsal), so the live answer is comparable token for token with the stored one; the
 model runs in the persistent worker subprocess (studio.rehearse_worker), loaded once.
+
+The comparison means something only with the model that rehearsed during the run: the policy
+checkpoint of the episode's step (a training run) or the run's model (an evaluation). Loading an
+episode picks that model when this machine has it; otherwise (the demo bundle keeps no
+checkpoints) the base model answers, and the page says so in a warning beside the model and
+under every answer, naming the model that answered.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import gradio as gr
@@ -18,7 +26,7 @@ import pandas as pd
 
 from studio import forms
 from studio.context import Studio
-from studio.pages.inspector import response_text
+from studio.pages.inspector import lookup, response_text
 from studio.rehearse_worker import RehearseClient, RehearseError
 from studio.space import LimitError
 
@@ -30,30 +38,107 @@ CALL_COLUMNS = [
     "real_status",
     "fidelity",
 ]
+BASE_MODEL = "smollm2-135m"  # what answers when the run's own model is not on this machine
+MODELS = [BASE_MODEL, "tiny"]
+
+
+@dataclass(frozen=True)
+class RunModel:
+    """The model that rehearsed a run's episode: ``wanted`` in words, ``own`` its name or path
+    when this machine has it (else None)."""
+
+    wanted: str
+    own: str | None
+
+    def default(self) -> str:
+        """The model the page picks: the run's own, else the base model."""
+        return self.own or BASE_MODEL
+
+
+def _available(model: str, root: Path) -> str | None:
+    """``model`` as the worker can load it (a built-in name, a checkpoint folder, a Hub id),
+    or None when it is a folder this machine does not have."""
+    if model in MODELS:
+        return model
+    for folder in (Path(model).expanduser(), root / model):
+        if (folder / "config.json").is_file():
+            return str(folder)
+    looks_like_hub_id = model.count("/") == 1 and not model.startswith((".", "/", "~"))
+    return model if looks_like_hub_id else None
+
+
+def run_model(ctx: Studio, run_id: str, step: int) -> RunModel:
+    """The model that rehearsed step ``step`` of run ``run_id``: a training run's policy at that
+    step is its checkpoint ``step-<step>`` (its starting model at step 0); an evaluation or
+    sweep ran its manifest's model."""
+    info = ctx.store.run(run_id)
+    model = info.manifest.model
+    if info.manifest.kind == "train" and step > 0:
+        folder = info.path / "checkpoints" / f"step-{step:06d}"
+        own = str(folder) if (folder / "config.json").is_file() else None
+        return RunModel(f"checkpoint `step-{step:06d}` of run `{run_id}`", own)
+    wanted = f"`{model}`, the model of run `{run_id}`" if model else f"the model of `{run_id}`"
+    return RunModel(wanted, _available(model, ctx.root) if model else None)
+
+
+def model_note(wanted: RunModel | None, chosen: str) -> str:
+    """Which model answers, and a visible warning when it is not the one that rehearsed
+    during the run (so its answer is not a re-run of that rehearsal)."""
+    chosen = (chosen or "").strip()
+    if wanted is None:
+        return f"**Answers:** `{chosen}`."
+    if chosen and chosen == wanted.own:
+        return f"**Answers:** `{chosen}`: {wanted.wanted}, the model that rehearsed this call."
+    missing = "" if wanted.own else ", which is not on this machine (no checkpoint kept)"
+    return (
+        f"⚠️ **Not the run's model.** `{chosen}` answers, but this call was rehearsed by "
+        f"{wanted.wanted}{missing}: the live answer is another model's, not a re-run of the "
+        "stored rehearsal."
+    )
 
 
 def rehearsable_calls(
     ctx: Studio, episode_id: str, run_id: str | None = None
 ) -> tuple[pd.DataFrame, str]:
     """The episode's calls that have a stored rehearse prompt, and a status line (the episode
-    of ``run_id`` when given: ids repeat across runs)."""
+    of ``run_id``; without a run the id must be in one run only: ids repeat across runs)."""
+    calls, status, _, _ = load_episode(ctx, episode_id, run_id)
+    return calls, status
+
+
+def load_episode(
+    ctx: Studio, episode_id: str, run_id: str | None = None
+) -> tuple[pd.DataFrame, str, str, RunModel | None]:
+    """(rehearsed calls, status line, its run, the model that rehearsed them) of one episode
+    (the run is "" when none was found)."""
     episode_id = (episode_id or "").strip()
+    empty = pd.DataFrame(columns=CALL_COLUMNS)
     if not episode_id:
-        return pd.DataFrame(columns=CALL_COLUMNS), "Enter an episode id (rehearsal-mode runs)."
-    run_id = (run_id or "").strip() or None
-    try:
-        view = ctx.store.episode(episode_id, run_id)
-    except KeyError:
-        where = f" in run `{run_id}`" if run_id else ""
-        return pd.DataFrame(columns=CALL_COLUMNS), f"**No episode `{episode_id}`**{where}."
+        return empty, "Enter an episode id (rehearsal-mode runs).", "", None
+    view, why = lookup(ctx, episode_id, (run_id or "").strip() or None, tab="rehearse")
+    if view is None:
+        return empty, why, "", None
+    run = str(view.episode["run_id"])
     have = set(view.rehearsals["call_index"]) if not view.rehearsals.empty else set()
     calls = view.calls[view.calls["call_index"].isin(have)] if have else view.calls.iloc[0:0]
+    wanted = run_model(ctx, run, int(view.episode["step"]))
     if calls.empty:
-        return (
-            pd.DataFrame(columns=CALL_COLUMNS),
-            f"Episode `{episode_id}` has no rehearsed calls (was it a real-mode run?).",
-        )
-    return calls.reindex(columns=CALL_COLUMNS), f"{len(calls)} rehearsed call(s): pick one."
+        none = f"Episode `{episode_id}` of run `{run}` has no rehearsed calls (a real-mode run?)."
+        return empty, none, run, wanted
+    status = f"{len(calls)} rehearsed call(s) of `{episode_id}` in run `{run}`: pick one."
+    listed = calls.reindex(columns=CALL_COLUMNS)
+    listed["fidelity"] = listed["fidelity"].astype(float).round(3)
+    return listed, status, run, wanted
+
+
+def model_picker(wanted: RunModel | None) -> tuple[Any, str]:
+    """(model dropdown update, note) after an episode is loaded: the run's own model when this
+    machine has it, else the base model with a warning."""
+    if wanted is None:
+        return gr.update(), ""
+    chosen = wanted.default()
+    choices = [*([wanted.own] if wanted.own and wanted.own not in MODELS else []), *MODELS]
+    return gr.update(choices=choices, value=chosen), model_note(wanted, chosen)
 
 
 def _prompt_ids(view: Any, call_index: int) -> list[int]:
@@ -72,12 +157,16 @@ def live_rehearse(
     temperature: float,
     run_id: str | None = None,
 ) -> tuple[str, str, str, str]:
-    """(live answer, stored rehearsal, real response, timing line) for one call."""
+    """(live answer, stored rehearsal, real response, timing line) for one call; the timing
+    line names the model that answered and warns when it is not the one that rehearsed
+    during the run."""
     if call_index is None:
         return "Pick a call first.", "", "", ""
+    view, why = lookup(ctx, (episode_id or "").strip(), (run_id or "").strip() or None)
+    if view is None:
+        return why, "", "", ""
     try:
         ctx.limits.check_model(model)
-        view = ctx.store.episode((episode_id or "").strip(), (run_id or "").strip() or None)
         ids = _prompt_ids(view, int(call_index))
         answer = client.ask(
             {
@@ -88,19 +177,18 @@ def live_rehearse(
                 "seed": 0,
             }
         )
-    except KeyError:
-        return f"No episode `{episode_id}`.", "", "", ""
     except (LimitError, RehearseError) as err:
         return f"**Cannot rehearse:** {err}", "", "", ""
     call = view.calls[view.calls["call_index"] == int(call_index)].iloc[0].to_dict()
-    live = _live_text(answer)
+    wanted = run_model(ctx, str(view.episode["run_id"]), int(view.episode["step"]))
     timing = (
         f"{answer['tokens']} tokens in {answer['seconds']:.2f} s"
         + (f" (model loaded in {answer['load_s']:.1f} s)" if answer["load_s"] else "")
-        + f" · {len(ids)} prompt tokens · finish: {answer['finish_reason']}"
+        + f" · {len(ids)} prompt tokens · finish: {answer['finish_reason']}\n\n"
+        + model_note(wanted, str(answer.get("model") or model))
     )
     return (
-        live,
+        _live_text(answer),
         response_text(call, "rehearsed") or "(none)",
         response_text(call, "real") or "(no real response recorded)",
         timing,
@@ -170,7 +258,8 @@ def rehearse_new_call(
     real = f"```json\n{json.dumps(answer['real'], indent=2)}\n```"
     timing = (
         f"{answer['tokens']} tokens in {answer['seconds']:.2f} s"
-        f" · {answer['prompt_tokens']} prompt tokens"
+        f" · {answer['prompt_tokens']} prompt tokens · answered by "
+        f"`{answer.get('model') or model}`"
     )
     return _live_text(answer), real, timing
 
@@ -186,6 +275,13 @@ def _live_text(answer: dict[str, Any]) -> str:
     return f"{parsed}\n\n{raw}"
 
 
+def open_calls(ctx: Studio, episode_id: str, run_id: str | None) -> tuple[Any, ...]:
+    """(calls, status, run, model dropdown, model note, the run's model) for the page's
+    episode: the run found is written back, so the later requests name it."""
+    calls, status, run, wanted = load_episode(ctx, episode_id, run_id)
+    return (calls, status, run or run_id or "", *model_picker(wanted), wanted)
+
+
 def build(ctx: Studio, tab: gr.Tab | None = None) -> None:
     """Lay out the page and wire its events (``?tab=rehearse&run=RUN&episode=ID`` fills it
     in)."""
@@ -193,25 +289,29 @@ def build(ctx: Studio, tab: gr.Tab | None = None) -> None:
     gr.Markdown(
         "Pick an episode of a rehearsal-mode run and one of its tool calls: the model "
         "rehearses the call from the same prompt the rollout used. The first request "
-        "loads the model (a few seconds); later ones reuse it."
+        "loads the model (a few seconds); later ones reuse it. The run's own model (the "
+        "checkpoint of the episode's step) answers when this machine has it; otherwise the "
+        "page says which model answers instead."
     )
     with gr.Row():
         episode = gr.Textbox(label="episode id", elem_id="reh-episode", scale=3)
         run = gr.Textbox(label="run (when the id is in several)", elem_id="reh-run", scale=2)
         load = gr.Button("Load calls", scale=1, elem_id="reh-load")
-    status = gr.Markdown()
+    status = gr.Markdown(elem_id="reh-status")
     calls = gr.Dataframe(pd.DataFrame(columns=CALL_COLUMNS), interactive=False, max_height=220)
     with gr.Row():
         index = gr.Number(None, label="call index", precision=0, elem_id="reh-index")
         model = gr.Dropdown(
-            ["smollm2-135m", "tiny"],
-            value="smollm2-135m",
+            MODELS,
+            value=BASE_MODEL,
             allow_custom_value=True,
             label="model (embedded or checkpoint folder)",
             elem_id="reh-model",
         )
         temperature = gr.Slider(0, 1.5, 0, step=0.1, label="temperature (0 = greedy)")
         go = gr.Button("Rehearse now", variant="primary", elem_id="reh-go")
+    note = gr.Markdown(elem_id="reh-model-note")
+    wanted = gr.State(None)  # the loaded episode's RunModel: the note follows the dropdown
     timing = gr.Markdown(elem_id="reh-timing")
     with gr.Row():
         with gr.Column():
@@ -223,8 +323,10 @@ def build(ctx: Studio, tab: gr.Tab | None = None) -> None:
         with gr.Column():
             gr.Markdown("#### Real response")
             real = gr.Markdown(container=True)
-    load.click(lambda e, r: rehearsable_calls(ctx, e, r), [episode, run], [calls, status])
-    episode.submit(lambda e, r: rehearsable_calls(ctx, e, r), [episode, run], [calls, status])
+    loaded = [calls, status, run, model, note, wanted]
+    load.click(lambda e, r: open_calls(ctx, e, r), [episode, run], loaded)
+    episode.submit(lambda e, r: open_calls(ctx, e, r), [episode, run], loaded)
+    model.input(lambda w, m: model_note(w, m) if w else "", [wanted, model], [note])
 
     def pick(evt: gr.SelectData, df: pd.DataFrame) -> int:
         row = evt.index[0] if isinstance(evt.index, (list, tuple)) else evt.index
@@ -234,13 +336,13 @@ def build(ctx: Studio, tab: gr.Tab | None = None) -> None:
 
     def from_link(current: str, request: gr.Request) -> tuple[object, ...]:
         params = request.query_params if request else {}
-        wanted, run_id = params.get("episode", ""), params.get("run", "")
-        if current or not wanted:  # already filled, or no deep link
-            return gr.update(), gr.update(), gr.update(), gr.update()
-        return (wanted, run_id, *rehearsable_calls(ctx, wanted, run_id))
+        linked, run_id = params.get("episode", ""), params.get("run", "")
+        if current or not linked:  # already filled, or no deep link
+            return tuple(gr.update() for _ in range(7))
+        return (linked, *open_calls(ctx, linked, run_id))
 
     if tab is not None:
-        tab.select(from_link, [episode], [episode, run, calls, status])
+        tab.select(from_link, [episode], [episode, *loaded])
     go.click(
         lambda e, i, m, t, r: live_rehearse(ctx, client, e, i, m, t, r),
         [episode, index, model, temperature, run],
