@@ -6,6 +6,8 @@ glossary and doc links."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
@@ -317,3 +319,29 @@ def test_doc_links_open_the_doc_in_the_app():
 def test_the_study_header_links_its_doc(demo):
     report = study.load_report(demo, "study-toy")
     assert "[docs/study.md](?tab=home&doc=study.md)" in study.header(report, "study-toy")
+
+
+def test_unreadable_runs_are_named_on_the_runs_and_home_pages(tmp_path):
+    import json
+    import shutil
+
+    from storage import SCHEMA_VERSION, Store
+    from studio.pages import home, runs
+
+    fixtures = Path(__file__).parent / "fixtures" / "schema"
+    for run in sorted(fixtures.glob("v*/schema-v*")):
+        shutil.copytree(run, tmp_path / "runs" / run.name)
+    newer = tmp_path / "runs" / "schema-v1" / "run.json"
+    manifest = json.loads(newer.read_text())
+    newer.write_text(json.dumps({**manifest, "schema_version": SCHEMA_VERSION + 1}))
+
+    class Ctx:
+        root = tmp_path
+        store = Store(tmp_path, url="duckdb:///:memory:")
+
+    note = runs.unreadable_note(Ctx())  # type: ignore[arg-type]
+    assert "`schema-v1` · run.json" in note and "newer than this build's" in note
+    assert "Could not read `schema-v1`" in home.overview(Ctx())  # type: ignore[arg-type]
+    newer.write_text(json.dumps(manifest))
+    assert runs.unreadable_note(Ctx()) == ""  # type: ignore[arg-type]
+    Ctx.store.close()

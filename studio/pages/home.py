@@ -209,6 +209,10 @@ def overview(ctx: Studio) -> str:
         "|---|---|",
     ]
     lines += [f"| `{name}` | {about} |" for name, about in registry().items()]
+    bad = ctx.store.unreadable()
+    if not bad.empty:
+        names = ", ".join(f"`{r}`" for r in dict.fromkeys(bad["run"]))
+        lines[3:3] = ["", f"⚠️ Could not read {names}: *Runs & jobs* says why.", ""]
     return "\n".join(lines)
 
 

@@ -77,6 +77,20 @@ def runs_table(ctx: Studio) -> pd.DataFrame:
     return charts.rounded(df.reindex(columns=RUN_COLUMNS))
 
 
+def unreadable_note(ctx: Studio) -> str:
+    """A warning naming every run folder or shard this build could not read, and why (empty
+    when everything was read): the pages then lack those rows, and say so here."""
+    bad = ctx.store.unreadable()
+    if bad.empty:
+        return ""
+    lines = [
+        f"**⚠️ {len(bad)} thing(s) in the data folder could not be read** (left out of every page):"
+    ]
+    lines += [f"- `{r.run}` · {r.what}: {r.reason}" for r in bad.itertuples()]
+    lines.append("`envace runs list` says the same from the command line.")
+    return "\n".join(lines)
+
+
 def jobs_table(ctx: Studio) -> pd.DataFrame:
     """Jobs the studio started (live and finished), newest first."""
     rows = [
@@ -278,6 +292,8 @@ def build(ctx: Studio, user: gr.State) -> None:
     with gr.Row():
         with gr.Column(scale=3):
             gr.Markdown("### Runs")
+            # a callable value re-runs on every page load: a fixed or new problem shows at once
+            gr.Markdown(lambda: unreadable_note(ctx), elem_id="runs-unreadable")
             runs = gr.Dataframe(
                 runs_table(ctx),
                 elem_id="runs-table",
