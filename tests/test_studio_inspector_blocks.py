@@ -253,3 +253,26 @@ def test_the_pairs_pager_clamps_and_says_so(ctx):
     assert page == 1 and len(df) == 50 and "there is no page 0" in pager
     df, pager, page = compare.pairs_table(ctx, None, "", "", 0, 1, 1)
     assert df.empty and "Pick a run" in pager
+
+
+def test_a_demo_run_decodes_with_its_studys_base_model_tokenizer_and_says_so(tmp_path):
+    from envace_engine.models import SMOLLM2, cache_dir
+    from storage import Store
+    from studio.demo import install
+
+    if not (cache_dir() / SMOLLM2 / "tokenizer.json").is_file():
+        pytest.skip("the SmolLM2 tokenizer is not installed here")
+    install(tmp_path)
+
+    class Demo:
+        root = tmp_path
+        store = Store(tmp_path, url="duckdb:///:memory:")
+
+    decode, model, stand_in = inspector.token_decoder(Demo(), "study-toy--envace")  # type: ignore[arg-type]
+    assert decode is not None and stand_in == SMOLLM2 and model == "runs/runs/study-sft/model"
+    assert decode([1]) == ["<|im_start|>"]
+    view = Demo.store.episode("s37r0-3-1", "study-toy--envace")
+    assert "decoded with <code>smollm2-135m</code>'s tokenizer" in inspector.token_html(
+        view, decode, model, stand_in
+    )
+    Demo.store.close()

@@ -422,10 +422,13 @@ def _token_span(token_id: int, piece: str | None, role: str, kind: str, title: s
     )
 
 
-def token_html(view: Any, decode: Decoder | None = None, model: str = "") -> str:
+def token_html(
+    view: Any, decode: Decoder | None = None, model: str = "", stand_in: str = ""
+) -> str:
     """The token view: one element per token, coloured by role, whose title (hover) gives its
     id and text, log-prob and the advantage of its role. Without ``decode`` (the run's tokenizer
-    is not on this machine) each token shows its id."""
+    is not on this machine) each token shows its id; ``stand_in`` names the tokenizer that
+    decoded them when it is not the run's own (the note says so)."""
     kinds = token_kinds(view)
     advantages = view.advantages or {}
     drawn, present, parts = 0, [], []
@@ -452,6 +455,12 @@ def token_html(view: Any, decode: Decoder | None = None, model: str = "") -> str
     if decode is None and total:
         which = f" of <code>{html.escape(model)}</code>" if model else ""
         note += f"; the tokenizer{which} is not on this machine, so tokens show their ids"
+    elif stand_in and total:
+        note += (
+            f"; ⚠️ decoded with <code>{html.escape(stand_in)}</code>'s tokenizer: the run's model "
+            f"<code>{html.escape(model)}</code> is not on this machine (a checkpoint trained "
+            "from it shares its tokenizer; the ids on hover are the stored ones)"
+        )
     return (
         f'<style>{TOKEN_CSS}</style><div class="envtok"><div class="envtok-legend">{legend}</div>'
         f'<div class="envtok-note">{note}</div><div class="envtok-body">{"".join(parts)}</div>'
@@ -493,14 +502,40 @@ def tokenizer_file(ctx: Studio, run_id: str) -> tuple[Path | None, str]:
     return next((p for p in candidates if p.is_file()), None), model
 
 
-def token_decoder(ctx: Studio, run_id: str) -> tuple[Decoder | None, str]:
-    """(token ids → texts with the run's tokenizer, or None when this machine has none; the
-    run's model)."""
+def stand_in_tokenizer(ctx: Studio, run_id: str) -> tuple[Path | None, str]:
+    """(a built-in model's ``tokenizer.json``, its name) for a run whose model is a checkpoint
+    this machine lacks but whose lineage names that built-in model: the run's own ``config``
+    (an eval's or sweep's model) or a study's ``base_model`` (every model this project trains
+    starts from one). (None, "") when nothing says which."""
+    from envace_engine.models import SMOLLM2, cache_dir
+
+    try:
+        manifests = ctx.store.manifests()
+    except (KeyError, ValueError, OSError):
+        return None, ""
+    named = {str(m.config.get("base_model", "")) for m in manifests.values() if m.kind == "study"}
+    named.discard("")
+    if run_id not in manifests or named - {SMOLLM2}:
+        return None, ""  # a study from another base model: no stand-in is safe
+    path = cache_dir() / SMOLLM2 / "tokenizer.json"
+    return (path, SMOLLM2) if named and path.is_file() else (None, "")
+
+
+def token_decoder(ctx: Studio, run_id: str) -> tuple[Decoder | None, str, str]:
+    """(token ids → texts with the run's tokenizer, or a stand-in's (``stand_in_tokenizer``),
+    or None when this machine has neither; the run's model; the stand-in's name or "")."""
     path, model = tokenizer_file(ctx, run_id)
+    stand_in = ""
+    if path is None:
+        path, stand_in = stand_in_tokenizer(ctx, run_id)
     tok = _load_tokenizer(str(path)) if path is not None else None
     if tok is None:
-        return None, model
-    return lambda ids: tok.decode_batch([[int(i)] for i in ids], skip_special_tokens=False), model
+        return None, model, ""
+
+    def decode(ids: Sequence[int]) -> list[str]:
+        return tok.decode_batch([[int(i)] for i in ids], skip_special_tokens=False)
+
+    return decode, model, stand_in
 
 
 # -- the page's handlers -------------------------------------------------------------------------
@@ -558,13 +593,13 @@ def episode_list(
 def render(ctx: Studio, view: Any) -> tuple[list[dict[str, Any]], str, str, str]:
     """(chat messages, summary, token view, links) of one episode."""
     run_id, episode_id = str(view.episode["run_id"]), str(view.episode["episode_id"])
-    decode, model = token_decoder(ctx, run_id)
+    decode, model, stand_in = token_decoder(ctx, run_id)
     link = (
         f"Deep link: `{address('inspector', run_id, episode_id)}` · "
         f"[live rehearse its calls]({address('rehearse', run_id, episode_id)})"
         f" · [label it]({address('annotate', run_id, episode_id)})"
     )
-    return chat_messages(view), summary(view), token_html(view, decode, model), link
+    return chat_messages(view), summary(view), token_html(view, decode, model, stand_in), link
 
 
 def open_episode(
