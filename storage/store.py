@@ -27,6 +27,7 @@ import pandas as pd
 from sqlalchemy import create_engine, inspect
 from sqlmodel import Session, SQLModel
 
+from storage.collusion import CollusionQueries
 from storage.comparison import ComparisonQueries
 from storage.index import ShardIndex
 from storage.layout import (
@@ -63,7 +64,7 @@ def _database_path(root: Path, url: str | None) -> str:
     return url.removeprefix("duckdb:///")
 
 
-class Store(Queries, QueueQueries, SearchQueries, ComparisonQueries):
+class Store(Queries, QueueQueries, SearchQueries, ComparisonQueries, CollusionQueries):
     """Studio-side storage: SQLModel tables, the shard index and views (see module doc)."""
 
     def __init__(self, root: Path | str, url: str | None = None) -> None:

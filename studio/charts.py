@@ -288,3 +288,53 @@ def budget(df: pd.DataFrame) -> alt.Chart:
         y=alt.Y("success:Q", scale=scale), text=alt.Text("budget:Q", format="d")
     )
     return (line + bars + labels).properties(width=WIDTH, height=HEIGHT)
+
+
+COLLUSION_NAMES = {
+    "echo_rate": "echo rate",
+    "error_recall": "error recall",
+    "errors_as_success": "errors rehearsed as success",
+    "wrong_answer_taken": "answer from a wrong rehearsal",
+}
+
+
+def collusion(df: pd.DataFrame, gap: pd.DataFrame, run_id: str, width: int = WIDTH) -> alt.Chart:
+    """The collusion rates over steps (``storage.collusion``) beside the rehearsed-vs-real
+    success gap (the held-out probe's ``heldout/gap``, where the run has one); a click on a
+    rate's point opens that step's worst episode in the inspector."""
+    if df.empty:
+        return empty("no rehearsed/real pairs: nothing to count collusion on", width)
+    long = df.melt(
+        id_vars=["step", "worst_episode", "worst_events"],
+        value_vars=list(COLLUSION_NAMES),
+        var_name="name",
+        value_name="value",
+    ).dropna(subset=["value"])
+    long["name"] = long["name"].map(COLLUSION_NAMES)
+    long["link"] = [
+        f"?tab=inspector&run={run_id}&episode={e}" if isinstance(e, str) and e else ""
+        for e in long["worst_episode"]
+    ]
+    if not gap.empty:
+        extra = gap.assign(name="rehearsed − real success gap (held-out)", link="")
+        extra = extra.assign(worst_episode="", worst_events=0)[list(long.columns)]
+        long = pd.concat([long, extra], ignore_index=True)
+    names = long["name"].astype(str)
+    return (
+        alt.Chart(long, title="collusion (click a point: the step's worst episode)")
+        .mark_line(point=alt.OverlayMarkDef(size=60, cursor="pointer"))
+        .encode(
+            x=alt.X("step:Q", title="step", axis=alt.Axis(format="d", tickMinStep=1)),
+            y=alt.Y("value:Q", title="rate", axis=alt.Axis(format=".2f", labelLimit=0)),
+            color=alt.Color("name:N", scale=colour_scale(names), legend=legend(names, "")),
+            href="link:N",
+            tooltip=[
+                "name:N",
+                "step:Q",
+                alt.Tooltip("value:Q", format=".3f"),
+                alt.Tooltip("worst_episode:N", title="worst episode"),
+                alt.Tooltip("worst_events:Q", title="its colluding events"),
+            ],
+        )
+        .properties(width=width, height=HEIGHT)
+    )

@@ -123,7 +123,7 @@ def test_launch_runs_the_command_and_shows_progress(ctx):
 
 def test_curves_for_reward_fidelity_loss_and_mismatch(ctx):
     charts = [c.to_dict() for c in runs.curve_charts(ctx, "train-demo")]
-    reward, fidelity, loss, gap = charts
+    reward, fidelity, loss, gap, collusion = charts
 
     def names(chart: dict) -> set[str]:
         return {row["name"] for row in next(iter(chart["datasets"].values()))}
@@ -132,6 +132,10 @@ def test_curves_for_reward_fidelity_loss_and_mismatch(ctx):
     assert names(loss) == {"loss"}
     assert names(gap) == {"rollout/logprob_diff", "rollout/mismatch_kl"}
     assert fidelity["mark"]["type"] == "line"
+    rows = next(iter(collusion["datasets"].values()))  # from the run's stored calls
+    assert "echo rate" in {r["name"] for r in rows} and collusion["encoding"]["href"]
+    linked = [r["link"] for r in rows if r["link"]]
+    assert all(link.startswith("?tab=inspector&run=train-demo&episode=") for link in linked)
 
 
 def test_inspector_nests_rehearsed_and_real_under_each_call(ctx):

@@ -152,9 +152,11 @@ def test_a_finished_run_without_fidelity_says_why_not_yet(ctx):
     writer.metrics(0, {"reward/act": 0.5, "loss": 1.0})
     writer.progress(1, 1)
     writer.finish("done")
-    _, fidelity, _, _ = (c.to_dict() for c in runs.curve_charts(ctx, "real"))
+    _, fidelity, _, _, collusion = (c.to_dict() for c in runs.curve_charts(ctx, "real"))
     text = next(iter(fidelity["datasets"].values()))[0]["text"].replace("\n", " ")
     assert "yet" not in text and "no rehearsed/real pairs" in text and "real tools" in text
+    said = next(iter(collusion["datasets"].values()))[0]["text"].replace("\n", " ")
+    assert "real tools" in said  # the collusion panel gives the same reason
 
 
 def test_empty_chart_messages_follow_the_run_status():

@@ -196,6 +196,7 @@ CURVE_CHARTS = (
     ("sampler vs trainer log-probs", MISMATCH_CURVES),
 )
 CURVE_WIDTH = 440  # with its axis and legend, half of a 1200-pixel page
+COLLUSION_WIDTH = 900  # a row of its own: four rates, the gap and a long legend
 ENDED = frozenset({"done", "failed", "cancelled", "lost"})
 TRAINS_NOTHING = "it trains nothing, so it logs no {chart} per step"
 # Why a finished run has no curves for a chart, by (chart, run kind or training mode).
@@ -241,13 +242,29 @@ def empty_reason(chart: str, kind: str, mode: str, status: str) -> str:
 
 
 def curve_charts(ctx: Studio, run_id: str | None) -> tuple[object, ...]:
-    """Reward per role, fidelity, loss and sampler/trainer mismatch curves of one run."""
+    """Reward per role, fidelity, loss and sampler/trainer mismatch curves of one run, and its
+    collusion panel."""
     df = ctx.store.curves(run_id) if run_id else pd.DataFrame(columns=["step", "name", "value"])
     kind, mode, status = run_state(ctx, run_id) if run_id else ("", "", "")
-    return tuple(
+    curves = tuple(
         charts.curves(df, prefixes, title, CURVE_WIDTH, empty_reason(title, kind, mode, status))
         for title, prefixes in CURVE_CHARTS
     )
+    return (*curves, collusion_chart(ctx, run_id, df, kind, mode, status))
+
+
+def collusion_chart(
+    ctx: Studio, run_id: str | None, curves: pd.DataFrame, kind: str, mode: str, status: str
+) -> object:
+    """The run's collusion rates per step, computed from its stored calls (so runs recorded
+    before the trainer logged them have them too), beside its held-out success gap."""
+    if not run_id:
+        return charts.empty("pick a run", COLLUSION_WIDTH)
+    rates = ctx.store.collusion_over_steps(run_id)
+    if rates.empty:
+        return charts.empty(empty_reason("fidelity", kind, mode, status), COLLUSION_WIDTH)
+    gap = curves[curves["name"] == "heldout/gap"][["step", "value"]]
+    return charts.collusion(rates, gap, run_id, COLLUSION_WIDTH)
 
 
 def cancel(ctx: Studio, user: str | None, run_id: str | None) -> str:
@@ -384,6 +401,8 @@ def build(ctx: Studio, user: gr.State) -> None:
     with gr.Row():
         loss_plot = chart_plot("loss", "run-loss")
         gap_plot = chart_plot("sampler vs trainer log-probs (|Δ|, KL)", "run-mismatch")
+    with gr.Row():
+        collusion_plot = chart_plot("collusion", "run-collusion")
     timer = gr.Timer(POLL_S)
 
     form = {
@@ -427,11 +446,12 @@ def build(ctx: Studio, user: gr.State) -> None:
         # Charts are redrawn while the run's job is live, or once for a run not yet drawn (the
         # dropdown's initial value fires no change event): no flicker, no wasted queries.
         fresh = is_active(ctx, run_id) or shown != run_id
-        charts_now = curve_charts(ctx, run_id) if fresh else (gr.update(),) * 4
+        charts_now = curve_charts(ctx, run_id) if fresh else (gr.update(),) * 5
         tables = (runs_table(ctx), jobs_table(ctx), progress_text(ctx, run_id))
         return (*tables, *charts_now, run_id)
 
-    outputs = [runs, jobs, progress, reward_plot, fidelity_plot, loss_plot, gap_plot]
+    plots = [reward_plot, fidelity_plot, loss_plot, gap_plot, collusion_plot]
+    outputs = [runs, jobs, progress, *plots]
     timer.tick(tick, [pick, drawn], [*outputs, drawn], show_progress="hidden")
     pick.change(refresh, [pick], outputs, show_progress="hidden")
     stop.click(lambda u, r: cancel(ctx, u, r), [user, pick], [launched])
