@@ -22,6 +22,7 @@ import gradio as gr
 from studio import space
 from studio.auth import AuthError, AuthPolicy
 from studio.context import Studio
+from studio.lazy import NO_QUEUE
 from studio.pages import (
     annotate,
     budget,
@@ -37,8 +38,8 @@ from studio.space import HostLimits
 
 TITLE = "EnvACE Studio"
 PAGES = {
-    "study": "Study",
     "home": "Home",
+    "study": "Study",
     "runs": "Runs & jobs",
     "inspector": "Trajectory inspector",
     "compare": "Rehearsed vs real",
@@ -61,6 +62,19 @@ CSS = """
 # as they do whenever the queue shows nothing. Ctrl+Enter saves the form. Ignored while typing
 # in a text field, so notes can hold digits and new lines.
 HEAD = """
+<script>
+// ?tab=PAGE opens that page: the app's config (set just above this script, read by the app's
+// module script after it) gets the page as the selected tab, so the page mounts first; no
+// other page mounts and fires its handlers before a switch.
+(() => {
+  const want = new URLSearchParams(location.search).get("tab");
+  const config = window.gradio_config;
+  if (!want || !config || !(__PAGE_IDS__).includes(want)) return;
+  const tabs = (config.components || []).find(
+    (c) => c.type === "tabs" && c.props && c.props.elem_id === "pages");
+  if (tabs) tabs.props.selected = want;
+})();
+</script>
 <script>
 (() => {
   let inForm = false;  // where the user last worked: the queue (default) or the form below
@@ -90,17 +104,7 @@ HEAD = """
 """
 
 
-SELECT_TAB_JS = """() => {
-  const want = (__PAGES__)[new URLSearchParams(location.search).get("tab")];
-  if (!want) return;
-  let tries = 0;
-  const go = () => {
-    const button = [...document.querySelectorAll("button[role=tab]")]
-      .find((b) => b.textContent.trim() === want);
-    if (button) button.click(); else if (tries++ < 200) setTimeout(go, 25);
-  };
-  go();
-}""".replace("__PAGES__", json.dumps(PAGES))
+HEAD = HEAD.replace("__PAGE_IDS__", json.dumps(list(PAGES)))
 
 
 def data_root(root: str | None = None) -> Path:
@@ -137,7 +141,7 @@ def _auth_bar(ctx: Studio, demo: gr.Blocks, user: gr.State) -> None:
             who = hf_identity(profile)
             return who, ctx.policy.banner(who)
 
-        demo.load(identify, None, [user, banner])
+        demo.load(identify, None, [user, banner], queue=NO_QUEUE)
 
 
 def build_app(
@@ -150,12 +154,14 @@ def build_app(
         gr.Markdown(f"# {TITLE}\nWorld-rehearsal RL for LLM tool-use agents.", elem_id="title")
         _auth_bar(ctx, demo, user)
         with gr.Tabs(elem_id="pages"):
+            # Home first: a new visitor lands on what the demo is; and the first tab is mounted
+            # on every page load before ?tab= switches, so it must be light (text, no charts)
+            with gr.Tab(PAGES["home"], id="home") as tab:
+                home.build(ctx, tab, demo)
             with gr.Tab(PAGES["study"], id="study", elem_id="study-page") as tab:
                 study.build(ctx, tab, demo)
-            with gr.Tab(PAGES["home"], id="home"):
-                home.build(ctx, demo)
-            with gr.Tab(PAGES["runs"], id="runs", elem_id="runs-page"):
-                runs.build(ctx, user)
+            with gr.Tab(PAGES["runs"], id="runs", elem_id="runs-page") as tab:
+                runs.build(ctx, user, tab, demo)
             with gr.Tab(PAGES["inspector"], id="inspector", elem_id="inspector-page") as tab:
                 inspector.build(ctx, tab, demo)
             with gr.Tab(PAGES["compare"], id="compare", elem_id="compare-page") as tab:
@@ -169,8 +175,6 @@ def build_app(
             with gr.Tab(PAGES["rehearse"], id="rehearse", elem_id="rehearse-page") as tab:
                 rehearse.build(ctx, tab)
 
-        # Pick the ?tab= page in the browser: no server round trip before the page shows.
-        demo.load(None, None, None, js=SELECT_TAB_JS)
     return demo
 
 

@@ -12,6 +12,7 @@ import gradio as gr
 
 from envace_engine.models import SMOLLM2, registry
 from studio.context import Studio
+from studio.lazy import NO_QUEUE, when_shown
 
 if TYPE_CHECKING:
     from storage.layout import RunManifest
@@ -243,14 +244,15 @@ SHOW_DOC_JS = """() => {
 }"""
 
 
-def build(ctx: Studio, demo: gr.Blocks) -> None:
+def build(ctx: Studio, tab: gr.Tab, demo: gr.Blocks) -> None:
     """Lay out the home page (``demo``: for the ``?doc=`` link on load)."""
-    # a callable value is re-run on every page load, so new runs show without a restart
-    gr.Markdown(lambda: about_demo(ctx), elem_id="home-about")
+    about = gr.Markdown(elem_id="home-about")
     glossary("home-glossary")
     with gr.Row():
         gr.Markdown(GUIDE)
-        gr.Markdown(lambda: overview(ctx), elem_id="home-overview")
+        data = gr.Markdown(elem_id="home-overview")
+    # drawn each time the page is shown, so new runs show without a restart
+    when_shown(demo, tab, "home", lambda: (about_demo(ctx), overview(ctx)), [about, data])
     gr.Markdown("## Docs")
     pick = gr.Dropdown(
         doc_names(), value=None, label="read a doc", filterable=True, elem_id="home-doc-pick"
@@ -261,4 +263,4 @@ def build(ctx: Studio, demo: gr.Blocks) -> None:
     def on_load(request: gr.Request) -> tuple[Any, str]:
         return from_link(dict(request.query_params) if request is not None else {})
 
-    demo.load(on_load, None, [pick, doc]).then(None, None, None, js=SHOW_DOC_JS)
+    demo.load(on_load, None, [pick, doc], queue=NO_QUEUE).then(None, None, None, js=SHOW_DOC_JS)

@@ -18,6 +18,7 @@ import pandas as pd
 
 from studio import charts
 from studio.context import Studio
+from studio.lazy import NO_QUEUE, asked_page, when_shown
 from studio.pages import home
 
 REPORT = "report.json"
@@ -187,7 +188,8 @@ def build(ctx: Studio, tab: gr.Tab, demo: gr.Blocks) -> None:
     runs = study_runs(ctx)
     # The landing page: say what the demo is and what its words mean before the verdicts.
     with gr.Accordion("What this demo is", open=True, elem_id="study-about"):
-        gr.Markdown(lambda: home.about_demo(ctx, heading=False))
+        about = gr.Markdown()
+    when_shown(demo, tab, "study", lambda: home.about_demo(ctx, heading=False), [about])
     home.glossary("study-glossary")
     with gr.Row():
         pick = gr.Dropdown(
@@ -214,8 +216,8 @@ def build(ctx: Studio, tab: gr.Tab, demo: gr.Blocks) -> None:
 
     def deep_link(c: str, request: gr.Request) -> tuple[Any, ...]:
         params = request.query_params if request is not None else {}
-        if params.get("tab", "study") != "study":  # another page was asked for: draw on select
+        if asked_page(request) != "study":  # another page was asked for: draw on select
             return (gr.update(),) * (1 + len(outputs))
         return refresh(ctx, params.get("study"), c)
 
-    demo.load(deep_link, [curve], [pick, *outputs])
+    demo.load(deep_link, [curve], [pick, *outputs], queue=NO_QUEUE)
