@@ -185,6 +185,12 @@ class LossSettings(Section):
         description="weight of the world role's NLL of known answers (reference results, schema "
         "errors) under this step's rehearse prompts, added to the loss (training.world_nll)",
     )
+    world_nll_replay: int = Field(
+        0,
+        ge=0,
+        description="SFT rehearse examples of training tasks replayed per step in the world NLL "
+        "(needs world_nll > 0)",
+    )
     aggregation: Literal["seq_mean_token_mean", "token_mean"] = "seq_mean_token_mean"
     tis_cap: float | None = Field(
         None,
@@ -321,6 +327,11 @@ class TrainConfig(Section):
             raise ValueError(
                 f"loss.world_kl and loss.world_nll train the world role, which mode = "
                 f"{self.mode!r} does not train: set mode = 'envace' or set them to 0"
+            )
+        if self.loss.world_nll_replay and self.loss.world_nll == 0:
+            raise ValueError(
+                "loss.world_nll_replay replays examples into the world NLL, which is off: set "
+                "loss.world_nll > 0 or loss.world_nll_replay = 0"
             )
         if self.loss.world_nll > 0 and self.distributed.strategy == "fsdp":
             raise ValueError(

@@ -55,12 +55,14 @@ ALLOWED: dict[str, set[str]] = {
         "study",
     },
 }
-# The engine modules storage may read: plain data and the pure rehearsed-vs-real comparison.
+# The engine modules storage may read: plain data and the pure rehearsed-vs-real comparison
+# (the fidelity tiers, and the collusion instruments over stored calls).
 STORAGE_MAY_IMPORT = {
     "envace_engine",  # only for the package's location (the fidelity helper's PYTHONPATH)
     "envace_engine.types",
     "envace_engine.fidelity.metrics",
     "envace_engine.fidelity.worker",
+    "envace_engine.fidelity.collusion",
 }
 
 

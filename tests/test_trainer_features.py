@@ -145,6 +145,7 @@ def test_world_fidelity_rows_train_and_report_f_and_collusion(tmp_path):
         "world.task_weight=0.5",
         "loss.world_nll=0.5",
         "loss.world_kl=0.1",
+        "loss.world_nll_replay=2",
     )
     assert parts.ref_model is not None
     policy = ScriptedPolicy(parts.tokenizer, parts.tasks)
@@ -153,7 +154,8 @@ def test_world_fidelity_rows_train_and_report_f_and_collusion(tmp_path):
     m = _metrics(tmp_path)[0]
     rehearsals = sum(len(e["rehearsals"]) for e in read_episodes(tmp_path / "episodes.jsonl"))
     assert rehearsals > 0 and m["rows/rehearse/trained"] == rehearsals
-    assert m["world/f_rows"] == m["world/nll_rows"] == rehearsals
+    assert m["world/f_rows"] == rehearsals
+    assert m["world/nll_rows"] == rehearsals + 2  # and two replayed SFT rehearse examples
     assert 0 <= m["world/f_mean"] < 1  # "imagined" is never the recorded result
     assert m["loss/world_nll"] > 0 and m["kl/rehearse"] == 0.0
     assert m["collusion/echo_rate"] == 0.0

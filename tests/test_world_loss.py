@@ -112,3 +112,23 @@ def test_off_path_rehearsals_have_no_target_and_no_gradient(tiny_model, tokenize
     )
     assert target_rows({"t": task}, [episode], chat) == []
     assert nll_backward(tiny_model, [], 0.5, 0, 4096) == {"world/nll_rows": 0.0}
+
+
+def test_replayed_sft_rehearse_examples_are_the_sft_recipes_own(tokenizer):
+    from envace_engine.config import ConfigError, RolloutSettings, TrainConfig, build
+    from envace_engine.environments import get_suite
+    from envace_engine.training.world_nll import replay_rows
+
+    chat = ChatTokenizer(tokenizer)
+    tasks = get_suite("toy").tasks("train")[:40]
+    settings = RolloutSettings(n_examples=0, grounded_rehearsal=False, world_state=True)
+    rows = replay_rows(tasks, settings, chat, 3, seed=7)
+    assert len(rows) == 3 and {r.role for r in rows} == {Role.REHEARSE}
+    assert rows == replay_rows(tasks, settings, chat, 3, seed=7)  # the step's seed decides
+    for row in rows:
+        text = tokenizer.decode(row.completion_ids[:-1])
+        assert text.startswith("<execution_result>") and row.completion_ids[-1] == chat.eos_id
+        prompt = tokenizer.decode(row.prompt_ids)
+        assert "Environment state at the start of the task" in prompt  # the run's settings
+    with pytest.raises(ConfigError, match="world_nll"):
+        build(TrainConfig, {"loss": {"world_nll_replay": 4}})

@@ -66,6 +66,9 @@ class StudyFidelity(Section):
     )
     world_nll: float = Field(0.1, ge=0, description="loss.world_nll: the auxiliary NLL's weight")
     world_kl: float = Field(0.0, ge=0, description="loss.world_kl: the world role's KL anchor")
+    world_nll_replay: int = Field(
+        0, ge=0, description="loss.world_nll_replay: SFT rehearse examples replayed per step"
+    )
 
 
 class StudyTrain(Section):
@@ -201,5 +204,10 @@ class StudyConfig(Section):
         if arm == "fidelity":
             f = self.fidelity
             data["world"] = {"task_weight": f.task_weight}
-            data["loss"] = {**data["loss"], "world_nll": f.world_nll, "world_kl": f.world_kl}
+            data["loss"] = {
+                **data["loss"],
+                "world_nll": f.world_nll,
+                "world_kl": f.world_kl,
+                "world_nll_replay": f.world_nll_replay,
+            }
         return TrainConfig.model_validate(data)

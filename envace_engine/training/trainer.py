@@ -144,7 +144,7 @@ def run(
         episodes, success = score(parts, tasks, roll(parts, tasks, step))
         rows, world = step_rows(parts, tasks, episodes)
         rows, advantages = scorable(rows, row_advantages(rows, **config.advantages.model_dump()))
-        targets = world_targets(parts, tasks, episodes)
+        targets = world_targets(parts, tasks, episodes, step)
         rolled = time.perf_counter()
         release_sampler_cache(parts)
         extra = optimize(parts, rows, advantages, targets)
@@ -192,13 +192,21 @@ def step_rows(
 
 
 def world_targets(
-    parts: Parts, tasks: Sequence[Task], episodes: Sequence[Episode]
+    parts: Parts, tasks: Sequence[Task], episodes: Sequence[Episode], step: int
 ) -> list[TrainRow]:
-    """The known answers the auxiliary world NLL scores this step (none when it is off)."""
-    if parts.config.loss.world_nll == 0:
+    """The known answers the auxiliary world NLL scores this step (none when it is off): the
+    step's own rehearsals', then ``loss.world_nll_replay`` replayed SFT rehearse examples."""
+    config = parts.config
+    if config.loss.world_nll == 0:
         return []
     chat = ChatTokenizer(parts.tokenizer)
-    return world_nll.target_rows({t.id: t for t in tasks}, episodes, chat)
+    rows = world_nll.target_rows({t.id: t for t in tasks}, episodes, chat)
+    if config.loss.world_nll_replay:
+        seed = derive_seed(config.seed, "world_replay", step, parts.dist.rank)
+        rows += world_nll.replay_rows(
+            parts.tasks, config.rollout, chat, config.loss.world_nll_replay, seed
+        )
+    return rows
 
 
 def probe(

@@ -9,6 +9,12 @@ refuses). For each such rehearsal the target is that answer as the world role's 
 never re-rendered. The term is ``λ · (−Σ log p(target token)) / (target tokens)``, a token mean
 over the step, so its size does not grow with the batch.
 
+With ``loss.world_nll_replay = k`` the term also holds ``k`` replayed SFT rehearse examples per
+step: one reference call of each of ``k`` training tasks drawn by the step's seed, its rehearse
+prompt rendered with the run's prompt settings and its recorded result as the target, exactly
+as the SFT warm-up builds them (``training.sft``): the world role keeps seeing true answers on
+the tasks' reference paths even where this step's own rehearsals left them.
+
 The target is a *target*, not sampled text: encoding it is how every SFT example is built.
 """
 
@@ -28,6 +34,7 @@ from envace_engine.types import Episode, Role, Task, TrainRow
 if TYPE_CHECKING:
     import torch
 
+    from envace_engine.config import RolloutSettings
     from envace_engine.rollout.tokens import ChatTokenizer
 
 
@@ -56,6 +63,37 @@ def target_rows(
                 )
             )
     return rows
+
+
+def replay_rows(
+    tasks: Sequence[Task],
+    rollout: RolloutSettings,
+    chat: ChatTokenizer,
+    k: int,
+    seed: int,
+) -> list[TrainRow]:
+    """``k`` SFT rehearse examples (module docstring) from ``tasks``, drawn by ``seed``."""
+    import random
+
+    from envace_engine.rollout.prompts import RehearseContext, pick_examples, rehearse_samples
+    from envace_engine.training.sft import as_rows, tokenize
+
+    rng = random.Random(seed)
+    pool = [t for t in tasks if any(t.reference_calls) and any(t.reference_results)]
+    samples = []
+    for task in rng.sample(pool, min(k, len(pool))):
+        ctx = RehearseContext(
+            tools=tuple(task.tools),
+            task=task,
+            grounded=rollout.grounded_rehearsal,
+            with_history=rollout.rehearse_history,
+            examples=pick_examples(task, tasks, rollout.n_examples),
+            stated=rollout.world_state,
+        )
+        found = rehearse_samples(ctx)
+        if found:
+            samples.append(rng.choice(found))
+    return as_rows(tokenize(samples, chat))
 
 
 def batch_nll(model: Any, batch: Any, temperature: float = 1.0) -> tuple[torch.Tensor, int]:
