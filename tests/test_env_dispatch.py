@@ -212,7 +212,8 @@ def test_suites_and_environments_implement_the_protocols() -> None:
         task = suite.tasks(split)[0]
         assert isinstance(suite.make_env(task), Environment)
     with pytest.raises(
-        ValueError, match="unknown suite 'nope'; valid suites: toy, bfcl, bfcl-gen, tau2"
+        ValueError,
+        match="unknown suite 'nope'; valid suites: toy, toy-library, bfcl, bfcl-gen, tau2",
     ):
         get_suite("nope")
 

@@ -119,7 +119,9 @@ def test_the_space_builds_from_the_repository_and_refuses_anonymous_writes(tmp_p
     with _started(app, python, home, free_port()) as url, chromium_page() as page:
         # an empty ephemeral disk: the studio copies the bundled demo into ~/envace-runs
         assert (home / "envace-runs" / "runs").is_dir()
-        open_page(page, url)  # a fresh studio opens on the bundled study's report
+        open_page(page, url)  # a fresh studio opens on Home, which says what the demo is
+        page.locator("#home-about").get_by_text("SmolLM2").first.wait_for(timeout=LOAD_MS)
+        open_page(page, url, "?tab=study")  # and the Study page on the bundled study's report
         table = page.locator("#study-table").get_by_text("plain N=0").filter(visible=True)
         table.first.wait_for(timeout=LOAD_MS)
         open_page(page, url, "?tab=runs")
