@@ -11,6 +11,7 @@ taken from a wrong rehearsal), which the run page links to the inspector.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -83,38 +84,67 @@ class CollusionQueries:
     def _refresh(self) -> None:
         raise NotImplementedError
 
+    # (calls shard, its mtime) -> that step's row (None: no pairs). A step's shard is written
+    # once, so a live run's page, redrawn every few seconds, reads only its new steps.
+    _collusion_memo: dict[tuple[str, int], dict[str, Any] | None]
+
     def collusion_over_steps(self, run_id: str) -> pd.DataFrame:
         """Per step with rehearsed-vs-real pairs: the four collusion rates (NaN where nothing
         counts), the pairs, and the step's worst episode with its count of colluding events."""
         self._refresh()
+        memo = self.__dict__.setdefault("_collusion_memo", {})
+        shards = self._sql(
+            "SELECT DISTINCT step, filename FROM call_index WHERE run_id = ? ORDER BY step",
+            [run_id],
+        )
+        keys = {
+            int(r.step): (str(r.filename), _mtime(str(r.filename))) for r in shards.itertuples()
+        }
+        missing = [step for step, key in keys.items() if key not in memo]
+        if missing:
+            for step, row in self._collusion_steps(run_id, missing).items():
+                memo[keys[step]] = row
+        rows = [memo.get(keys[step]) for step in sorted(keys)]
+        return pd.DataFrame([r for r in rows if r is not None], columns=COLUMNS)
+
+    def _collusion_steps(self, run_id: str, steps: list[int]) -> dict[int, dict[str, Any] | None]:
         calls = self._sql(
             """SELECT step, episode_id, tool, arguments_json, shown, rehearsed_json,
-            rehearsed_error, real_json, real_error FROM calls WHERE run_id = ?
+            rehearsed_error, real_json, real_error FROM calls
+            WHERE run_id = ? AND list_contains(?, step)
             ORDER BY step, episode_index, call_index""",
-            [run_id],
+            [run_id, steps],
         )
-        if calls.empty:
-            return pd.DataFrame(columns=COLUMNS)
         answers = self._sql(
-            "SELECT step, episode_id, final_answers FROM episode_index WHERE run_id = ?",
-            [run_id],
+            """SELECT step, episode_id, final_answers FROM episode_index
+            WHERE run_id = ? AND list_contains(?, step)""",
+            [run_id, steps],
         )
-        rows = []
+        out: dict[int, dict[str, Any] | None] = {step: None for step in steps}
         for step, part in calls.groupby("step", sort=True):
             mine = answers[answers["step"] == step][["episode_id", "final_answers"]]
-            episodes = episodes_of(part, mine)
-            total = collusion(episodes)
-            if not total.pairs:
-                continue
-            worst = max(episodes, key=lambda e: events(collusion([e])))
-            n = events(collusion([worst]))
-            rows.append(
-                {
-                    "step": int(step),
-                    **{k: total.rates().get(k, float("nan")) for k in COLLUSION_RATES},
-                    "pairs": total.pairs,
-                    "worst_episode": worst.id if n else None,
-                    "worst_events": n,
-                }
-            )
-        return pd.DataFrame(rows, columns=COLUMNS)
+            out[int(step)] = step_row(int(step), episodes_of(part, mine))
+        return out
+
+
+def _mtime(path: str) -> int:
+    try:
+        return os.stat(path).st_mtime_ns
+    except FileNotFoundError:
+        return -1
+
+
+def step_row(step: int, episodes: list[Episode]) -> dict[str, Any] | None:
+    """One step's rates, pairs and worst episode (None when it has no pairs)."""
+    total = collusion(episodes)
+    if not total.pairs:
+        return None
+    worst = max(episodes, key=lambda e: events(collusion([e])))
+    n = events(collusion([worst]))
+    return {
+        "step": step,
+        **{k: total.rates().get(k, float("nan")) for k in COLLUSION_RATES},
+        "pairs": total.pairs,
+        "worst_episode": worst.id if n else None,
+        "worst_events": n,
+    }

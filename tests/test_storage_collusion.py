@@ -52,3 +52,20 @@ def test_rates_per_step_match_the_engine_and_name_the_worst_episode(tmp_path):
     assert df.loc[0, "worst_episode"] == "e0"
     assert df.loc[1, "echo_rate"] == 0.0 and not isinstance(df.loc[1, "worst_episode"], str)
     assert math.isnan(df.loc[1, "error_recall"])  # no real error at step 1: nothing to count
+
+
+def test_a_live_runs_steps_are_read_once(tmp_path, monkeypatch):
+    balance = ToolCall("get_balance", {"name": "ann"})
+    step = [episode("e0", [pair(balance, ToolResult({"ann": 45}), ToolResult({"ann": 9}))], "45")]
+    writer = RunWriter.create(tmp_path, "train", model="tiny", suite="toy", run_id="live")
+    writer.episodes(0, step)
+    with Store(tmp_path, url="duckdb:///:memory:") as store:
+        read: list[list[int]] = []
+        real = store._collusion_steps
+        monkeypatch.setattr(store, "_collusion_steps", lambda r, s: read.append(s) or real(r, s))
+        first = store.collusion_over_steps("live")
+        assert store.collusion_over_steps("live").equals(first)  # nothing new: nothing read
+        writer.episodes(1, [episode("e1", step[0].calls, "9")])
+        assert list(store.collusion_over_steps("live")["step"]) == [0, 1]
+        assert read == [[0], [1]]
+    writer.finish("done")
