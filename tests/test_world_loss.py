@@ -53,9 +53,9 @@ def test_world_kl_reaches_rehearse_rows_only():
     k3 = 1 - LN2
     inputs = _inputs([[LN2, 0.0], [LN2, 0.0]])
     world_only = policy_loss(inputs, world_kl_coef=1.0)
-    assert float(world_only.loss) == pytest.approx((0 + k3) / 2)  # seq mean over 2 rows
+    assert world_only.loss.item() == pytest.approx((0 + k3) / 2)  # seq mean over 2 rows
     both = policy_loss(inputs, kl_coef=1.0, world_kl_coef=1.0)
-    assert float(both.loss) == pytest.approx((k3 + 2 * k3) / 2)
+    assert both.loss.item() == pytest.approx((k3 + 2 * k3) / 2)
     with pytest.raises(ValueError, match="ref_logprobs"):
         policy_loss(_inputs(None), world_kl_coef=0.1)
 
@@ -100,7 +100,7 @@ def test_the_auxiliary_loss_is_a_plain_nll_of_the_known_answer(tiny_model, token
         logits = tiny_model(input_ids=ids).logits[0].float()
     lp = torch.log_softmax(logits[:-1], -1).gather(-1, ids[0, 1:, None])[:, 0]
     assert count == len(target)
-    assert float(nll) == pytest.approx(float(-lp[-len(target) :].sum()), rel=1e-4)
+    assert nll.item() == pytest.approx(float(-lp[-len(target) :].sum()), rel=1e-4)
 
 
 def test_off_path_rehearsals_have_no_target_and_no_gradient(tiny_model, tokenizer):

@@ -266,7 +266,7 @@ def build(ctx: Studio, tab: gr.Tab) -> None:
         fresh = ctx.store.runs()
         choices = list(fresh["run_id"])  # runs may have appeared since the app was built
         if current_run:  # already filled: keep the user's choice
-            return (gr.update(choices=choices), *(gr.update() for _ in range(9)))
+            return (gr.update(choices=choices), *(gr.update() for _ in range(5)))
         params = dict(request.query_params) if request else {}
         linked = params.get("run") if params.get("tab") == "compare" else None
         # Rehearsal pairs come from training runs; prefer one so the page opens on data.
@@ -278,7 +278,17 @@ def build(ctx: Studio, tab: gr.Tab) -> None:
             gr.update(choices=choices, value=run_id),
             *pairs_table(ctx, run_id, "", "", 0, 1, 1),
             *detail,
-            *aggregates(ctx, run_id),
         )
 
-    tab.select(first_view, [run], [run, table, pager, page, head, diff, *charts_out])
+    drawn = gr.State(None)  # the run whose aggregates are on screen
+
+    def first_aggregates(run_id: str | None, shown: str | None) -> tuple[object, ...]:
+        if run_id == shown:  # a return to the tab: they are there already
+            return (*(gr.update() for _ in charts_out), shown)
+        return (*aggregates(ctx, run_id), run_id)
+
+    # the pairs first, the aggregates after them: the page shows its table without waiting
+    # for three charts and a table of per-tool means
+    tab.select(first_view, [run], [run, table, pager, page, head, diff]).then(
+        first_aggregates, [run, drawn], [*charts_out, drawn]
+    )
