@@ -92,7 +92,7 @@ class CollusionQueries:
         """Per step with rehearsed-vs-real pairs: the four collusion rates (NaN where nothing
         counts), the pairs, and the step's worst episode with its count of colluding events."""
         self._refresh()
-        memo = self.__dict__.setdefault("_collusion_memo", {})
+        memo = self._collusion_memo
         shards = self._sql(
             "SELECT DISTINCT step, filename FROM call_index WHERE run_id = ? ORDER BY step",
             [run_id],

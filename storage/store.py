@@ -88,6 +88,7 @@ class Store(Queries, QueueQueries, SearchQueries, ComparisonQueries, CollusionQu
         self.views = ViewSet(self._db, self.root)
         self.index = ShardIndex(self._db, self.root)
         self._problems: dict[str, str] = {}  # run folder -> why its manifest was left out
+        self._collusion_memo = {}  # storage.collusion: a step's rates per calls shard
 
     def _check_schema(self, path: str) -> None:
         tables = set(inspect(self.engine).get_table_names())
@@ -291,25 +292,21 @@ class Store(Queries, QueueQueries, SearchQueries, ComparisonQueries, CollusionQu
         return str(found[0])
 
     def _check_call(self, run_id: str, call_id: str) -> None:
-        """``KeyError`` unless ``call_id`` (``EPISODE_ID/CALL_INDEX``) is a call of ``run_id``."""
-        found = self._sql(
-            "SELECT count(*) AS n FROM call_index WHERE run_id = ? AND call_id = ?",
-            [run_id, call_id],
-        )
-        if int(found["n"].iloc[0]):
-            return
+        """``KeyError`` unless ``call_id`` (``EPISODE_ID/CALL_INDEX``) is a call of ``run_id``;
+        the message says which calls the episode has."""
         episode_id = call_id.rsplit("/", 1)[0]
-        n = self._sql(
-            "SELECT count(*) AS n FROM call_index WHERE run_id = ? AND episode_id = ?",
+        calls = self._sql(
+            "SELECT call_id FROM call_index WHERE run_id = ? AND episode_id = ?",
             [run_id, episode_id],
-        )["n"].iloc[0]
-        raise KeyError(
-            f"no call {call_id!r} in run {run_id!r}: episode {episode_id!r} has {n} call(s), "
-            f"numbered 0 to {int(n) - 1}"
-            if n
-            else f"no call {call_id!r} in run {run_id!r}: "
-            f"episode {episode_id!r} made no tool call (label the episode instead)"
+        )["call_id"]
+        if call_id in set(calls):
+            return
+        has = (
+            f"has {len(calls)} call(s), numbered 0 to {len(calls) - 1}"
+            if len(calls)
+            else "made no tool call (label the episode instead)"
         )
+        raise KeyError(f"no call {call_id!r} in run {run_id!r}: episode {episode_id!r} {has}")
 
     def _append(self, row: SQLModel) -> Any:
         with self._session() as session:

@@ -22,7 +22,7 @@ import gradio as gr
 from studio import space
 from studio.auth import AuthError, AuthPolicy
 from studio.context import Studio
-from studio.lazy import NO_QUEUE
+from studio.lazy import QUEUE_LOADS
 from studio.pages import (
     annotate,
     budget,
@@ -141,7 +141,7 @@ def _auth_bar(ctx: Studio, demo: gr.Blocks, user: gr.State) -> None:
             who = hf_identity(profile)
             return who, ctx.policy.banner(who)
 
-        demo.load(identify, None, [user, banner], queue=NO_QUEUE)
+        demo.load(identify, None, [user, banner], queue=QUEUE_LOADS)
 
 
 def build_app(

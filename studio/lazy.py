@@ -3,8 +3,8 @@
 Every page lives in one Blocks app, so a page load fires every page's load handlers: a deep link
 to one page (the inspector at an episode, the queue at a pair) would wait behind the others'
 queries on two cores. ``when_shown`` draws a page's summary only when the URL's ``?tab=`` asks
-for that page (no ``?tab=``: the first page) and each time its tab is selected; ``NO_QUEUE``
-runs load handlers outside the queue (bench/studio_latency.py measures the difference).
+for that page (no ``?tab=``: the first page) and each time its tab is selected. Load handlers
+run outside the queue (``QUEUE_LOADS`` is off; bench/studio_latency.py measures the difference).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import gradio as gr
 FIRST_PAGE = "home"  # the tab a URL without ?tab= shows (studio.app)
 # Page-load handlers skip the queue: a load fires one handler per page, and each queued one
 # costs a join and an event-stream message before it runs; most return "no change" at once.
-NO_QUEUE = False
+QUEUE_LOADS = False
 
 
 def asked_page(request: gr.Request | None) -> str:
@@ -42,5 +42,5 @@ def when_shown(
             return draw()
         return tuple(gr.update() for _ in outputs) if many else gr.update()
 
-    demo.load(on_load, None, list(outputs), show_progress="hidden", queue=NO_QUEUE)
+    demo.load(on_load, None, list(outputs), show_progress="hidden", queue=QUEUE_LOADS)
     tab.select(draw, None, list(outputs), show_progress="hidden")

@@ -22,7 +22,7 @@ import pandas as pd
 from storage.store import NOTE_MAX_CHARS
 from studio.auth import AuthError
 from studio.context import Studio
-from studio.lazy import NO_QUEUE
+from studio.lazy import QUEUE_LOADS
 from studio.pages import inspector
 from studio.pages.runs import run_choices
 
@@ -260,4 +260,4 @@ def build(ctx: Studio, user: gr.State, demo: gr.Blocks) -> None:
             return tuple(gr.update() for _ in range(5))  # no deep link: nothing to query
         return from_link(ctx, params)
 
-    demo.load(on_load, None, [kind, target, run, label, table], queue=NO_QUEUE)
+    demo.load(on_load, None, [kind, target, run, label, table], queue=QUEUE_LOADS)

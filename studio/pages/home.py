@@ -12,7 +12,7 @@ import gradio as gr
 
 from envace_engine.models import SMOLLM2, registry
 from studio.context import Studio
-from studio.lazy import NO_QUEUE, when_shown
+from studio.lazy import QUEUE_LOADS, when_shown
 
 if TYPE_CHECKING:
     from storage.layout import RunManifest
@@ -263,4 +263,4 @@ def build(ctx: Studio, tab: gr.Tab, demo: gr.Blocks) -> None:
     def on_load(request: gr.Request) -> tuple[Any, str]:
         return from_link(dict(request.query_params) if request is not None else {})
 
-    demo.load(on_load, None, [pick, doc], queue=NO_QUEUE).then(None, None, None, js=SHOW_DOC_JS)
+    demo.load(on_load, None, [pick, doc], queue=QUEUE_LOADS).then(None, None, None, js=SHOW_DOC_JS)

@@ -30,7 +30,7 @@ import pandas as pd
 
 from storage.search import ROLES as SEARCH_ROLES
 from studio.context import Studio
-from studio.lazy import NO_QUEUE
+from studio.lazy import QUEUE_LOADS
 from studio.pages.runs import run_choices
 
 PAGE_SIZE = 50
@@ -807,4 +807,4 @@ def build(ctx: Studio, tab: gr.Tab, demo: gr.Blocks) -> None:
         return deep_link(ctx, params)
 
     tab.select(on_open, [run], targets)
-    demo.load(on_load, None, targets, queue=NO_QUEUE)
+    demo.load(on_load, None, targets, queue=QUEUE_LOADS)

@@ -21,7 +21,7 @@ import pandas as pd
 
 from storage.queue import SCOPES, QueueFilter
 from studio.context import Studio
-from studio.lazy import NO_QUEUE
+from studio.lazy import QUEUE_LOADS
 from studio.pages import compare, inspector
 from studio.pages.annotate import NOTE_INFO, label_choices, label_title
 
@@ -239,4 +239,4 @@ def build(ctx: Studio, user: gr.State, demo: gr.Blocks, save: Save) -> None:
             return (gr.update(), *keep, gr.update())
         return from_link(ctx, u, params)
 
-    demo.load(on_load, [user], [run, *views, agree], queue=NO_QUEUE)
+    demo.load(on_load, [user], [run, *views, agree], queue=QUEUE_LOADS)

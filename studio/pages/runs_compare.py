@@ -17,7 +17,7 @@ import pandas as pd
 
 from studio import charts
 from studio.context import Studio
-from studio.lazy import NO_QUEUE
+from studio.lazy import QUEUE_LOADS
 from studio.pages import inspector
 from studio.pages.runs import run_choices
 
@@ -163,4 +163,4 @@ def build(ctx: Studio, demo: gr.Blocks) -> None:
             return (gr.update(),) * 5
         return (gr.update(choices=run_choices(ctx), value=run_ids), *refresh(run_ids, None, "all"))
 
-    demo.load(from_link, None, [runs, metric, plot, message, table], queue=NO_QUEUE)
+    demo.load(from_link, None, [runs, metric, plot, message, table], queue=QUEUE_LOADS)

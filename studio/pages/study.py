@@ -18,7 +18,7 @@ import pandas as pd
 
 from studio import charts
 from studio.context import Studio
-from studio.lazy import NO_QUEUE, asked_page, when_shown
+from studio.lazy import QUEUE_LOADS, asked_page, when_shown
 from studio.pages import home
 
 REPORT = "report.json"
@@ -220,4 +220,4 @@ def build(ctx: Studio, tab: gr.Tab, demo: gr.Blocks) -> None:
             return (gr.update(),) * (1 + len(outputs))
         return refresh(ctx, params.get("study"), c)
 
-    demo.load(deep_link, [curve], [pick, *outputs], queue=NO_QUEUE)
+    demo.load(deep_link, [curve], [pick, *outputs], queue=QUEUE_LOADS)
