@@ -218,6 +218,35 @@ class WorldSettings(Section):
     )
 
 
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+class LoraSettings(Section):
+    """A LoRA adapter instead of full fine-tuning (``envace_engine.adapters``, peft).
+
+    Off by default: every weight is trained. On, the base model is frozen and one adapter (both
+    roles share it, the method's shared parameters) is trained; checkpoints hold the adapter
+    and its optimizer state only, a few MB that load onto the base on any machine.
+    """
+
+    enabled: bool = Field(False, description="train a LoRA adapter instead of every weight")
+    rank: int = Field(16, ge=1, description="the adapter's rank r")
+    alpha: int = Field(32, ge=1, description="scale numerator: the update is alpha/r·B·A")
+    dropout: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="dropout on the adapter's input while training (> 0: the trainer's "
+        "log-probs differ from the sampler's, which the mismatch metrics show)",
+    )
+    target_modules: tuple[str, ...] = Field(
+        LORA_TARGETS,
+        min_length=1,
+        description="names of the linear layers that get an adapter (default: every linear "
+        "layer of a Llama block)",
+    )
+
+
 class OptimSettings(Section):
     """AdamW with a constant learning rate and global-norm gradient clipping."""
 
@@ -314,9 +343,15 @@ class TrainConfig(Section):
     optim: OptimSettings = OptimSettings()
     distributed: DistributedSettings = DistributedSettings()
     probe: ProbeSettings = ProbeSettings()
+    lora: LoraSettings = LoraSettings()
 
     @model_validator(mode="after")
     def _cross_checks(self) -> TrainConfig:
+        if self.lora.enabled and self.distributed.strategy == "fsdp":
+            raise ValueError(
+                "lora.enabled is not supported with distributed.strategy = 'fsdp' (an adapter "
+                "is small: use 'ddp') or set lora.enabled = false"
+            )
         if self.world.task_weight < 1 and self.advantages.pooling != "rows":
             raise ValueError(
                 "world.task_weight < 1 gives rehearse rows rewards of their own, which "
@@ -441,6 +476,7 @@ class SFTConfig(Section):
     root: str | None = None  # as TrainConfig.root
     run_id: str | None = None
     rollout: RolloutSettings = RolloutSettings()
+    lora: LoraSettings = LoraSettings()
 
 
 C = TypeVar("C", bound=BaseModel)

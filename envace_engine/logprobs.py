@@ -71,6 +71,13 @@ def completion_logprobs(
     return torch.nn.functional.pad(shifted, (1, 0))
 
 
+def backbone(model: Any) -> Any:
+    """The decoder under the LM head: ``model.base_model`` of a transformers causal LM; of a
+    peft (LoRA) model, that of the transformers model it wraps (its adapters live inside it)."""
+    unwrap = getattr(model, "get_base_model", None)
+    return (unwrap() if callable(unwrap) else model).base_model
+
+
 def shared_prefix_hidden(
     model: PreTrainedModel,
     input_ids: torch.Tensor,
@@ -84,7 +91,7 @@ def shared_prefix_hidden(
     ``P ..``. Autograd sums the rows' gradients into the prefix's single forward — exactly what
     the full rows would give (tests/test_logprobs.py compares both).
     """
-    base = model.base_model
+    base = backbone(model)
     if prefix_ids is None or prefix_ids.numel() == 0:
         out = base(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
         return out.last_hidden_state

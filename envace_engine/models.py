@@ -10,6 +10,9 @@ Names:
 * a local directory holding a Hugging Face checkpoint (``config.json``).
 * a Hugging Face Hub id (``HuggingFaceTB/SmolLM2-135M-Instruct``): its config, tokenizer and
   safetensors weights, from the local Hub cache or downloaded when the Hub is reachable.
+* a LoRA adapter directory (``adapter_config.json``): its base model as the adapter's config
+  names it, with the adapter merged in (``adapters``);
+* ``BASE+ADAPTER_DIR`` — any of the above as the base, with that adapter;
 * ``sglang+http://host:port[,http://host2:port][?tokenizer=NAME_OR_DIR]`` — SGLang servers (or
   one router); resolved by the SGLang sampler. The tokenizer is needed locally to render prompts.
 
@@ -28,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
+
+from envace_engine import adapters
 
 if TYPE_CHECKING:  # torch/transformers are heavy: import them only when a model is loaded
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -51,6 +56,19 @@ class ModelSpec:
     path: Path | None = None
     urls: tuple[str, ...] = ()
     tokenizer: str | None = None
+    # a LoRA adapter on ``path``; ``base`` is the base model's name as given (what a new
+    # adapter trained from this spec records as its base)
+    adapter: Path | None = None
+    base: str | None = None
+
+    @property
+    def base_name(self) -> str:
+        """The name of the model under the adapter (the model itself without one)."""
+        return self.base or self.name
+
+    def without_adapter(self) -> ModelSpec:
+        """The base model alone."""
+        return ModelSpec(self.base_name, self.kind, self.path, self.urls, self.tokenizer)
 
 
 def cache_dir() -> Path:
@@ -71,6 +89,9 @@ def resolve(name: str) -> ModelSpec:
     """Resolve a model name, directory or SGLang endpoint spec (see module docstring)."""
     if name.startswith("sglang+"):
         return _resolve_sglang(name)
+    with_adapter = _resolve_adapter(name)
+    if with_adapter is not None:
+        return with_adapter
     if name == SMOLLM2:
         return ModelSpec(name, "hf", path=ensure_smollm2())
     if name == TINY:
@@ -85,6 +106,27 @@ def resolve(name: str) -> ModelSpec:
         f"unknown model {name!r}: use one of {known}, a local Hugging Face checkpoint directory "
         "(with config.json), or sglang+http://HOST:PORT"
     )
+
+
+def _resolve_adapter(name: str) -> ModelSpec | None:
+    """``BASE+ADAPTER_DIR`` or an adapter directory alone; None when ``name`` is neither."""
+    base, plus, tail = name.rpartition("+")
+    folder = Path(tail if plus else name).expanduser()
+    if not adapters.is_adapter_dir(folder):
+        if plus and base and folder.exists():
+            raise ModelError(
+                f"{name!r}: {folder} has no {adapters.ADAPTER_CONFIG}, so it is not a LoRA "
+                "adapter: name BASE+ADAPTER_DIR with a directory an adapter was saved to"
+            )
+        return None
+    try:
+        base = base if plus else adapters.recorded_base(folder)
+    except adapters.AdapterError as err:
+        raise ModelError(str(err)) from None
+    under = resolve(base)
+    if under.kind != "hf" or under.adapter is not None:
+        raise ModelError(f"{name!r}: the base of an adapter must be one local model, not {base!r}")
+    return ModelSpec(name, "hf", path=under.path, adapter=folder, base=base)
 
 
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
@@ -241,4 +283,9 @@ def load_model(spec: ModelSpec, dtype: str = "float32") -> PreTrainedModel:
     if spec.kind != "hf" or spec.path is None:
         raise ModelError(f"{spec.name} is served over HTTP and has no local weights to load")
     model = AutoModelForCausalLM.from_pretrained(spec.path, dtype=getattr(torch, dtype))
+    if spec.adapter is not None:
+        try:
+            return adapters.merged(model, spec.adapter)
+        except adapters.AdapterError as err:
+            raise ModelError(str(err)) from None
     return model.eval()

@@ -3,7 +3,9 @@
 A checkpoint is a directory ``<run>/checkpoints/step-000012/`` holding
 
 * the model as a Hugging Face checkpoint (``config.json``, ``model.safetensors``, tokenizer
-  files), so ``model = "<that dir>"`` starts a new run or an evaluation from it;
+  files), so ``model = "<that dir>"`` starts a new run or an evaluation from it; under
+  ``[lora]``, the adapter alone (``adapter_config.json``, ``adapter_model.safetensors``), which
+  ``model = "<that dir>"`` loads onto the base its config names (``envace_engine.adapters``);
 * ``trainer_state.pt``: the optimizer state and the RNG states of python, numpy and torch;
 * ``envace_prompts.json``: the prompt settings the run trained with (``config.PROMPT_KEYS``);
 * ``state.json``: the step, the data position (how many tasks have been drawn from the seeded
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from envace_engine import adapters
 from envace_engine.config import RolloutSettings, write_prompt_settings
 
 if TYPE_CHECKING:
@@ -123,8 +126,11 @@ def save(
     tmp = final.with_name(f".{final.name}.tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    model.save_pretrained(tmp, safe_serialization=True)
-    tokenizer.save_pretrained(tmp)
+    if adapters.is_peft(model):  # the adapter alone; its tokenizer is its base model's
+        adapters.save(model, tmp)
+    else:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
     if prompts is not None:
         write_prompt_settings(tmp, prompts)
     optim = optimizer_state if optimizer_state is not None else optimizer.state_dict()
@@ -167,8 +173,19 @@ def restore(
     from safetensors.torch import load_file
 
     state = read_state(path)
-    weights = load_file(str(Path(path) / "model.safetensors"))
-    missing, unexpected = model.load_state_dict(weights, strict=False)
+    if adapters.is_adapter_dir(path) != adapters.is_peft(model):
+        kinds = ("a LoRA adapter", "full weights")
+        saved, live = kinds if adapters.is_adapter_dir(path) else kinds[::-1]
+        raise ValueError(
+            f"{path} holds {saved} but this run trains {live}: resume with the run's own "
+            "[lora] settings"
+        )
+    if adapters.is_peft(model):
+        adapters.load_weights(model, Path(path))
+        missing, unexpected = [], []
+    else:
+        weights = load_file(str(Path(path) / "model.safetensors"))
+        missing, unexpected = model.load_state_dict(weights, strict=False)
     # Tied weights (lm_head = embeddings) are saved once; anything else missing is an error.
     missing = [k for k in missing if k not in _tied_keys(model)]
     if missing or unexpected:

@@ -80,7 +80,8 @@ def optimize(
         fsdp.padding_step(parts.sharded, parts.ref_model, pad, _device(trained))
     world = world_nll_step(parts, world_targets)
     if parts.sharded is None:  # FSDP already averaged them, in each backward's reduce-scatter
-        distributed.average_gradients(model.parameters(), d)
+        # trained parameters only: under [lora] the frozen base has no gradients to average
+        distributed.average_gradients([p for p in model.parameters() if p.requires_grad], d)
     clip = cfg.optim.grad_clip if cfg.optim.grad_clip is not None else float("inf")
     # On sharded (DTensor) gradients the norm is the global one, returned as a DTensor.
     grad_norm = fsdp.norm_value(torch.nn.utils.clip_grad_norm_(trained.parameters(), clip))

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from envace_engine import adapters
 from envace_engine.config import SFTConfig, write_prompt_settings
 from envace_engine.environments import get_suite
 from envace_engine.environments.base import Suite
@@ -56,6 +57,7 @@ from envace_engine.rollout.prompts import (
 from envace_engine.rollout.tokens import ChatTokenizer
 from envace_engine.seeds import derive_seed
 from envace_engine.sink import Sink
+from envace_engine.training.lora import trained_model
 from envace_engine.training.sft_invalid import invalid_samples
 from envace_engine.training.sft_memory import memory_samples
 from envace_engine.types import Role, Task, TrainRow
@@ -328,19 +330,20 @@ def run_sft(config: SFTConfig, out_dir: Path, sink: Sink | None = None) -> Path:
     """Train, save a checkpoint dir at ``out_dir`` (atomically), score the held-out split."""
     import torch
 
-    from envace_engine.models import load_model, load_tokenizer, resolve
+    from envace_engine.models import load_tokenizer, resolve
     from envace_engine.samplers.embedded.heap import keep_freed_memory
     from envace_engine.training.sft_eval import heldout_metrics
 
     torch.manual_seed(config.seed)
     spec = resolve(config.model)
-    model, tokenizer = load_model(spec), load_tokenizer(spec)
+    (model, _), tokenizer = trained_model(spec, config.lora), load_tokenizer(spec)
     chat = ChatTokenizer(tokenizer)
     examples = tokenize(all_samples(config), chat)
     if not examples:
         raise ValueError("no SFT examples: check roles, task_filter and the split")
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else chat.eos_id
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0)
+    trained = [p for p in model.parameters() if p.requires_grad]  # under [lora]: the adapter
+    optimizer = torch.optim.AdamW(trained, lr=config.lr, weight_decay=0.0)
     if next(model.parameters()).device.type == "cpu":
         keep_freed_memory()  # each step frees and re-allocates GBs of activations (heap.py)
     model.train()
@@ -362,7 +365,7 @@ def run_sft(config: SFTConfig, out_dir: Path, sink: Sink | None = None) -> Path:
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         clip = config.grad_clip if config.grad_clip is not None else float("inf")
-        norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), clip))
+        norm = float(torch.nn.utils.clip_grad_norm_(trained, clip))
         optimizer.step()
         if sink is not None:
             metrics = {
@@ -391,8 +394,11 @@ def _save(model: Any, tokenizer: Any, config: SFTConfig, out: Path) -> Path:
 
     tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    model.float().save_pretrained(tmp, safe_serialization=True)
-    tokenizer.save_pretrained(tmp)
+    if adapters.is_peft(model):  # the adapter alone; its tokenizer is its base model's
+        adapters.save(model.float(), tmp)
+    else:
+        model.float().save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
     write_prompt_settings(tmp, config.rollout)
     if out.exists():
         shutil.rmtree(out)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from envace_engine import adapters
 from envace_engine.config import TrainConfig
 from envace_engine.environments import get_suite
 from envace_engine.environments.base import Suite
@@ -43,6 +44,7 @@ from envace_engine.seeds import derive_seed
 from envace_engine.sink import Sink
 from envace_engine.training import checkpoint, world_nll, world_reward
 from envace_engine.training.advantages import row_advantages, scorable
+from envace_engine.training.lora import trained_model
 from envace_engine.training.metrics import role_advantages, step_metrics
 from envace_engine.training.optimize import optimize
 from envace_engine.training.parallel import distributed, fsdp
@@ -96,10 +98,19 @@ class Parts:
     # ``simulator`` mode: a frozen copy of the starting model, sampled to answer tool calls.
     simulator: Sampler | None = None
     probe_tasks: list[Task] = dataclasses.field(default_factory=list)  # held-out, never trained
+    # ``[lora] enabled``: ``model`` is the peft model (frozen base + trained adapter) and this is
+    # the plain model with the adapter merged in, which the sampler reads (``adapters``)
+    merged: Any | None = None
 
     def weight_source(self) -> WeightSource:
         """What a weight push to out-of-process samplers reads (the full model copy)."""
-        return WeightSource(self.sampler, self.model, self.tokenizer, self.dist)
+        full = self.merged if self.merged is not None else self.model
+        return WeightSource(self.sampler, full, self.tokenizer, self.dist)
+
+    def refresh_merged(self) -> None:
+        """After the adapter changed: rewrite the merged copy the sampler reads."""
+        if self.merged is not None:
+            adapters.refresh(self.model, self.merged)
 
 
 def train(
@@ -127,6 +138,7 @@ def run(
     found = checkpoint.latest(run_dir) if resume else None
     if found is not None:
         state = checkpoint.restore(found, parts.model, parts.optimizer, sharded=parts.sharded)
+        parts.refresh_merged()
     # Out-of-process samplers start from whatever their servers loaded: push the weights this
     # run starts from (fresh or restored), so step k always samples from the step-k weights.
     sync_weights(parts.weight_source(), run_dir, state.step)
@@ -148,6 +160,7 @@ def run(
         rolled = time.perf_counter()
         release_sampler_cache(parts)
         extra = optimize(parts, rows, advantages, targets)
+        parts.refresh_merged()
         extra.update(world)
         episodes = with_advantages(episodes, rows, advantages)
         extra.update(timing(episodes, started, rolled))
@@ -245,7 +258,8 @@ def setup(config: TrainConfig) -> Parts:
     random.seed(config.seed)
     torch.manual_seed(config.seed)
     spec = resolve(config.model)
-    model, tokenizer = load_model(spec), load_tokenizer(spec)
+    model, merged = trained_model(spec, config.lora)
+    tokenizer = load_tokenizer(spec)
     ref_model: PreTrainedModel | fsdp.LogprobModule | None  # sharded under FSDP
     anchored = config.loss.kl_coef > 0 or config.loss.world_kl > 0
     ref_model = load_model(spec).requires_grad_(False) if anchored else None
@@ -255,22 +269,28 @@ def setup(config: TrainConfig) -> Parts:
         full_device = torch.device("cpu") if config.sampler else device
         model, sharded, ref_model = fsdp.prepare(model, ref_model, dist, full_device)
     else:
-        # (ignores: transformers wraps PreTrainedModel.to in functools.wraps, whose typeshed type
+        # (ignore: transformers wraps PreTrainedModel.to in functools.wraps, whose typeshed type
         # does not bind self as a method, so mypy reads the device as the self argument)
-        model = model.to(device)  # type: ignore[arg-type]
+        model = model.to(device)
+        merged = merged.to(device) if merged is not None else None
         distributed.broadcast_parameters(model.parameters(), dist)
         ref_model = ref_model.to(device) if ref_model is not None else None  # type: ignore[arg-type]
     o = config.optim
     trained = sharded if sharded is not None else model
     optimizer = torch.optim.AdamW(
-        trained.parameters(), lr=o.lr, betas=o.betas, weight_decay=o.weight_decay, eps=o.eps
+        [p for p in trained.parameters() if p.requires_grad],
+        lr=o.lr,
+        betas=o.betas,
+        weight_decay=o.weight_decay,
+        eps=o.eps,
     )
     r = config.rollout
     embedded: dict[str, Any] = {"batch_size": r.sampler_batch_size, "dtype": r.sampler_dtype}
     if config.sampler:  # rollouts on SGLang servers; weights reach them through the disk
         sampler = server_sampler(config.sampler)
     else:  # in process: the sampler holds the same model object, so it is always current
-        sampler = make_sampler(spec, model=model, tokenizer=tokenizer, **embedded)
+        sampled = merged if merged is not None else model
+        sampler = make_sampler(spec, model=sampled, tokenizer=tokenizer, **embedded)
     simulator = None
     if config.mode == "simulator":  # the frozen starting policy answers the tools
         frozen = load_model(spec).requires_grad_(False)
@@ -293,6 +313,7 @@ def setup(config: TrainConfig) -> Parts:
         sharded=sharded,
         simulator=simulator,
         probe_tasks=_probe_tasks(suite, config),
+        merged=merged,
     )
 
 
