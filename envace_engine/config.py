@@ -134,10 +134,15 @@ def write_prompt_settings(model_dir: str | Path, settings: RolloutSettings) -> N
 
 
 def checkpoint_prompts(model: str) -> dict[str, Any]:
-    """The prompt settings recorded in checkpoint dir ``model`` ({} for registry names, dirs
-    without a record, or servers). A malformed record is an error naming the file."""
-    file = Path(model).expanduser() / PROMPT_FILE
-    if model.startswith("sglang+") or not file.is_file():
+    """The prompt settings recorded in checkpoint dir ``model`` (or the adapter dir of
+    ``BASE+ADAPTER_DIR``; {} for registry names, dirs without a record, or servers). A malformed
+    record is an error naming the file."""
+    if model.startswith("sglang+"):
+        return {}
+    # BASE+ADAPTER_DIR: the adapter's record (the run that trained it rendered the prompts)
+    folder = model.rpartition("+")[2] or model
+    file = Path(folder).expanduser() / PROMPT_FILE
+    if not file.is_file():
         return {}
     try:
         body = json.loads(file.read_text(encoding="utf-8"))

@@ -17,6 +17,13 @@ on the server, as when the trainer writes to a disk the server does not share).
 
 ``server.weight_versions`` records the weight version that answered each ``/generate`` request,
 so a test can check which weights produced which rollout.
+
+LoRA (``enable_lora=True``, as ``--enable-lora``): ``/load_lora_adapter`` and
+``/unload_lora_adapter`` with SGLang's checks (a name and a path, no name loaded twice, an
+adapter directory, rank within ``max_lora_rank`` and target modules within
+``lora_target_modules``, as the server's flags); ``/generate`` answers each prompt from the
+base model with its ``lora_path`` adapter merged in, and refuses an adapter that is not loaded.
+``server.lora_paths`` records the adapter names each ``/generate`` request carried.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from typing import Any
 
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from envace_engine import adapters
 from envace_engine.samplers.base import Generation, SamplingParams
 from envace_engine.samplers.embedded.sampler import HFSampler
 
@@ -77,11 +85,32 @@ class Faults:
             return left > 0
 
 
+def adapters_targets() -> tuple[str, ...]:
+    """Every linear layer of a Llama block (``--lora-target-modules all`` minus the LM head)."""
+    from envace_engine.config import LORA_TARGETS
+
+    return LORA_TARGETS
+
+
 class LoopbackSGLang:
     """The server state: model, in-flight rids, request log, faults. ``url`` once started."""
 
-    def __init__(self, model_path: Path, *, batch_size: int = 32) -> None:
+    def __init__(
+        self,
+        model_path: Path,
+        *,
+        batch_size: int = 32,
+        enable_lora: bool = False,
+        max_lora_rank: int = 64,
+        lora_target_modules: tuple[str, ...] = adapters_targets(),
+    ) -> None:
         self.model_path = Path(model_path)
+        self.batch_size = batch_size
+        self.enable_lora = enable_lora
+        self.max_lora_rank = max_lora_rank
+        self.lora_target_modules = frozenset(lora_target_modules)
+        self.loras: dict[str, HFSampler] = {}  # loaded adapters, merged onto the base
+        self.lora_paths: list[list[str | None]] = []  # the adapters each /generate named
         model = AutoModelForCausalLM.from_pretrained(self.model_path).eval()
         self.sampler = HFSampler(
             model, AutoTokenizer.from_pretrained(self.model_path), batch_size=batch_size
@@ -122,6 +151,7 @@ class LoopbackSGLang:
     def generate(self, body: dict[str, Any]) -> Any:
         """Answer a ``/generate`` body (raises ``BadRequest`` for a 400)."""
         single, prompts, params, rids = self._parse(body)
+        names = self._lora_names(body.get("lora_path"), len(prompts))
         with self._state:
             duplicate = [r for r in rids if r in self._inflight]
             if duplicate:
@@ -132,7 +162,7 @@ class LoopbackSGLang:
         try:
             if self.faults.take("delay"):
                 self._sleep_unless_aborted(rids, self.faults.delay_s)
-            gens = self._run(prompts, params, rids)
+            gens = self._run(prompts, params, rids, names)
             inject_abort = self.faults.take("abort")
             with self._state:
                 aborted = [self._inflight[r] or inject_abort for r in rids]
@@ -191,20 +221,46 @@ class LoopbackSGLang:
                     return
             time.sleep(0.01)
 
+    def _lora_names(self, raw: Any, n: int) -> list[str | None]:
+        """Each prompt's adapter (``lora_path``: one name, or one per prompt); 400 when LoRA is
+        off or a name is not loaded, as SGLang answers."""
+        names = list(raw) if isinstance(raw, list) else [raw] * n
+        if len(names) != n:
+            raise BadRequest({"error": {"message": "lora_path list does not match the batch"}})
+        asked = {x for x in names if x is not None}
+        if asked and not self.enable_lora:
+            message = "LoRA is not enabled. Please set `--enable-lora` to True."
+            raise BadRequest({"error": {"message": message}})
+        missing = sorted(asked - set(self.loras))
+        if missing:
+            message = (
+                f"The following requested LoRA adapters are not loaded: {missing}\n"
+                f"Loaded adapters: {sorted(self.loras)}."
+            )
+            raise BadRequest({"error": {"message": message}})
+        self.lora_paths.append(names)
+        return names
+
     def _run(
-        self, prompts: list[list[int]], params: list[SamplingParams], rids: list[str]
+        self,
+        prompts: list[list[int]],
+        params: list[SamplingParams],
+        rids: list[str],
+        names: list[str | None],
     ) -> list[Generation]:
-        """Generate with HFSampler, one call per distinct sampling setting (like one scheduler)."""
+        """Generate with HFSampler, one call per distinct sampling setting and adapter (like one
+        scheduler)."""
         out: dict[int, Generation] = {}
         with self._lock:  # a weight load takes this lock too: the version holds for the request
             self.weight_versions.append(self.weight_version)
-            by_params: dict[SamplingParams, list[int]] = {}
-            for i, p in enumerate(params):
-                by_params.setdefault(p, []).append(i)
-            for p, idx in by_params.items():
+            groups: dict[tuple[SamplingParams, str | None], list[int]] = {}
+            for i, (p, name) in enumerate(zip(params, names, strict=True)):
+                groups.setdefault((p, name), []).append(i)
+            for (p, name), idx in groups.items():
                 with self._state:
                     live = [i for i in idx if not self._inflight[rids[i]]]
-                gens = self.sampler.generate([prompts[i] for i in live], p) if live else []
+                sampler = self.sampler if name is None else self.loras[name]
+                gens = sampler.generate([prompts[i] for i in live], p) if live else []
                 out.update(zip(live, gens, strict=True))
         empty = Generation((), (), "abort")
         return [out.get(i, empty) for i in range(len(prompts))]
@@ -291,6 +347,52 @@ class LoopbackSGLang:
             "num_paused_requests": 0,
         }
 
+    def load_lora(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """``/load_lora_adapter``: check as SGLang does, then serve base + adapter as the name."""
+        name, path = str(body.get("lora_name") or ""), Path(str(body.get("lora_path") or ""))
+        error = self._lora_refusal(name, path)
+        if error:
+            return 400, {"success": False, "error_message": error, "loaded_adapters": None}
+        base = AutoModelForCausalLM.from_pretrained(self.model_path)
+        base.load_state_dict(self.sampler.model.state_dict())  # the weights served now
+        merged = adapters.merged(base, path)
+        with self._lock:
+            self.loras[name] = HFSampler(merged, self.sampler.tokenizer, batch_size=self.batch_size)
+        loaded = {n: str(n) for n in self.loras}
+        return 200, {"success": True, "error_message": None, "loaded_adapters": loaded}
+
+    def _lora_refusal(self, name: str, path: Path) -> str:
+        """Why SGLang would refuse to load adapter ``path`` as ``name`` ('' when it loads)."""
+        if not self.enable_lora:
+            return "LoRA is not enabled. Please set `--enable-lora` to True."
+        if not name or not str(path):
+            return "lora_name and lora_path are required"
+        if name in self.loras:
+            return f"Failed to load LoRA adapter {name}: the name is already loaded"
+        if not adapters.is_adapter_dir(path):
+            return f"Failed to load LoRA adapter {name}: no adapter_config.json under {path}"
+        config = adapters.adapter_config(path)
+        if int(config.get("r", 0)) > self.max_lora_rank:
+            return (
+                f"LoRA adapter {name} has rank {config.get('r')}, larger than --max-lora-rank "
+                f"{self.max_lora_rank}"
+            )
+        extra = set(config.get("target_modules") or ()) - self.lora_target_modules
+        if extra:
+            return f"LoRA adapter {name} targets {sorted(extra)}, not in --lora-target-modules"
+        return ""
+
+    def unload_lora(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """``/unload_lora_adapter``."""
+        name = str(body.get("lora_name") or "")
+        with self._lock:
+            if name not in self.loras:
+                message = f"LoRA adapter {name!r} is not loaded"
+                return 400, {"success": False, "error_message": message, "loaded_adapters": None}
+            del self.loras[name]
+        loaded = {n: str(n) for n in self.loras}
+        return 200, {"success": True, "error_message": None, "loaded_adapters": loaded}
+
     def model_info(self) -> dict[str, Any]:
         """The ``/model_info`` body."""
         return {
@@ -356,6 +458,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, b"")
         elif path == "/update_weights_from_disk":
             self._json(*self.state.update_weights(body))
+        elif path == "/load_lora_adapter":
+            self._json(*self.state.load_lora(body))
+        elif path == "/unload_lora_adapter":
+            self._json(*self.state.unload_lora(body))
         elif path == "/flush_cache":
             self._flush()
         else:

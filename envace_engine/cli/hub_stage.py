@@ -21,6 +21,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from envace_engine import adapters
+
 # the trainer's resume state: optimizer moments, RNG, our step counter — not a model's files
 RESUME_FILES = frozenset({"trainer_state.pt", "state.json"})
 CHATML = re.compile(r"<\|im_start\|>(\w+)\n(.*?)(?:<\|im_end\|>|\Z)", re.DOTALL)
@@ -32,11 +34,13 @@ class StageError(ValueError):
 
 
 def find_checkpoint(run_dir: Path) -> Path:
-    """The run's model: ``model/`` (an SFT run) or its newest complete training checkpoint."""
+    """The run's model: ``model/`` (an SFT run) or its newest complete training checkpoint;
+    either may be a LoRA adapter, which is pushed as an adapter repo (peft loads it back)."""
     from envace_engine.training.checkpoint import latest
 
-    if (run_dir / "model" / "config.json").is_file():
-        return run_dir / "model"
+    model = run_dir / "model"
+    if (model / "config.json").is_file() or adapters.is_adapter_dir(model):
+        return model
     found = latest(run_dir)
     if found is None:
         raise StageError(
@@ -55,7 +59,8 @@ def stage_model(run_dir: Path, dest: Path, dataset_repo: str | None = None) -> P
             shutil.copy2(item, dest / item.name)
     manifest = _manifest(run_dir)
     metrics = last_metrics(run_dir)
-    (dest / "README.md").write_text(model_card(manifest, metrics, dataset_repo), encoding="utf-8")
+    card = model_card(manifest, metrics, dataset_repo, adapters.is_adapter_dir(checkpoint))
+    (dest / "README.md").write_text(card, encoding="utf-8")
     return dest
 
 
@@ -74,11 +79,17 @@ def last_metrics(run_dir: Path) -> dict[str, float]:
     return {row["name"]: row["value"] for row in table}
 
 
-def model_card(manifest: dict[str, Any], metrics: dict[str, float], dataset: str | None) -> str:
-    """A model card: Hub metadata, what the run was, its config and headline metrics."""
+def model_card(
+    manifest: dict[str, Any], metrics: dict[str, float], dataset: str | None, adapter: bool = False
+) -> str:
+    """A model card: Hub metadata, what the run was, its config and headline metrics;
+    ``adapter``: the repo holds a LoRA adapter (peft loads it onto its base)."""
     config = manifest.get("config", {})
     base = config.get("model") or manifest.get("model", "")
-    meta = ["library_name: transformers", "tags:", "- envace", "- world-rehearsal", "- trl"]
+    library = "peft" if adapter else "transformers"
+    meta = [f"library_name: {library}", "tags:", "- envace", "- world-rehearsal", "- trl"]
+    if adapter:
+        meta.append("- lora")
     if base and "/" in base and not Path(base).exists():  # a Hub id, not a local folder
         meta.append(f"base_model: {base}")
     if dataset:
@@ -98,6 +109,7 @@ def model_card(manifest: dict[str, Any], metrics: dict[str, float], dataset: str
             "policy acts (writes tool calls) and rehearses (writes the tools' responses), "
             "trained end to end by role-wise GRPO.",
             "",
+            *(_adapter_usage(base) if adapter else []),
             "## Last metrics",
             "",
             "| metric | value |",
@@ -112,6 +124,16 @@ def model_card(manifest: dict[str, Any], metrics: dict[str, float], dataset: str
             "",
         ]
     )
+
+
+def _adapter_usage(base: str) -> list[str]:
+    return [
+        "## Load it",
+        "",
+        f"A LoRA adapter on `{base}`: `PeftModel.from_pretrained(base_model, REPO)` with peft, "
+        f'or `model = "{base}+DIR"` in EnvACE Studio with the repo downloaded to `DIR`.',
+        "",
+    ]
 
 
 def chat_messages(text: str) -> list[dict[str, str]]:

@@ -123,3 +123,23 @@ class WeightReceiver(Protocol):
     ) -> None:
         """Make every server load ``model_path`` as ``weight_version``; raise if any refuses."""
         ...
+
+
+@runtime_checkable
+class AdapterReceiver(Protocol):
+    """A sampler in other processes that serves LoRA adapters on its base model (SGLang's
+    ``--enable-lora``): a LoRA run pushes only the adapter each step
+    (``training.parallel.weight_sync``)."""
+
+    def load_lora_adapter(self, name: str, path: str | Path) -> None:
+        """Make every server load the adapter directory ``path`` under ``name``; raise if any
+        refuses."""
+        ...
+
+    def unload_lora_adapter(self, name: str) -> None:
+        """Make every server drop adapter ``name``; raise if any refuses."""
+        ...
+
+    def use_lora_adapter(self, name: str | None) -> None:
+        """Sample from adapter ``name`` from now on (None: the base model)."""
+        ...

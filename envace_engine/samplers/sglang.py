@@ -109,6 +109,7 @@ class SGLangSampler:
         self._client = httpx.Client(timeout=timeout)
         self.generated = 0  # tokens generated so far (``TokenCounting``: progress shows tok/s)
         self._count_lock = threading.Lock()  # session jobs finish on pool threads
+        self.lora_name: str | None = None  # the adapter every request names (``lora_path``)
 
     def close(self) -> None:
         """Close the HTTP connection pool."""
@@ -146,12 +147,14 @@ class SGLangSampler:
     ) -> list[Generation]:
         """Send one batch, retrying transient failures with backoff on the next URL."""
         batch = [prompts[i] for i in indices]
-        body = {
+        body: dict[str, Any] = {
             "input_ids": batch,
             "sampling_params": sampling_params_json(params, indices),
             "return_logprob": True,
             "logprob_start_len": -1,
         }
+        if self.lora_name is not None:  # SGLang's per-request adapter: one name per prompt
+            body["lora_path"] = [self.lora_name] * len(batch)
         error = ""
         for attempt in range(self.max_retries + 1):
             target = (server + attempt) % len(self.urls)
@@ -248,6 +251,33 @@ class SGLangSampler:
                 raise SamplerError(
                     f"{url}: update_weights_from_disk({model_path}) failed: {message}"
                 )
+
+    def load_lora_adapter(self, name: str, path: str | Path) -> None:
+        """Make every server load the LoRA adapter at ``path`` (a path *on the servers*) as
+        ``name`` (``AdapterReceiver``). The servers must run with ``--enable-lora`` and a
+        ``--max-lora-rank`` / ``--lora-target-modules`` that cover the adapter."""
+        self._admin("load_lora_adapter", {"lora_name": name, "lora_path": str(path)})
+
+    def unload_lora_adapter(self, name: str) -> None:
+        """Make every server drop adapter ``name``."""
+        self._admin("unload_lora_adapter", {"lora_name": name})
+
+    def use_lora_adapter(self, name: str | None) -> None:
+        """Name adapter ``name`` in every request from now on (None: the base model)."""
+        self.lora_name = name
+
+    def _admin(self, endpoint: str, body: dict[str, Any]) -> None:
+        """POST ``body`` to ``endpoint`` of every server; ``SamplerError`` naming the first
+        that refuses (SGLang answers ``{"success": false, "error_message": ...}`` with 400)."""
+        for url in self.urls:
+            try:
+                resp = self._client.post(f"{url}/{endpoint}", json=body)
+                payload = resp.json()
+            except (httpx.HTTPError, ValueError) as exc:
+                raise SamplerError(f"{url}: {endpoint}({body}) failed: {exc!r}") from exc
+            if resp.status_code != 200 or not payload.get("success", False):
+                message = payload.get("error_message") or payload.get("message") or resp.text
+                raise SamplerError(f"{url}: {endpoint}({body}) failed: {str(message)[:300]}")
 
 
 class SGLangSession:

@@ -104,8 +104,9 @@ class Parts:
 
     def weight_source(self) -> WeightSource:
         """What a weight push to out-of-process samplers reads (the full model copy)."""
-        full = self.merged if self.merged is not None else self.model
-        return WeightSource(self.sampler, full, self.tokenizer, self.dist)
+        if self.merged is None:
+            return WeightSource(self.sampler, self.model, self.tokenizer, self.dist)
+        return WeightSource(self.sampler, self.merged, self.tokenizer, self.dist, self.model)
 
     def refresh_merged(self) -> None:
         """After the adapter changed: rewrite the merged copy the sampler reads."""

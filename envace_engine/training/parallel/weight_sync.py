@@ -4,19 +4,26 @@ The in-process ``HFSampler`` shares the trained model object and needs none of t
 sampler runs in other processes (other machines), so after every optimizer step rank 0 writes a
 full Hugging Face checkpoint under ``<run>/weights/step-N`` and asks every server to load it as
 weight version ``N`` (docs/protocols.md §1); docs/training.md has the operational details.
+
+A LoRA run (``[lora] enabled``) sends only its adapter: rank 0 writes it under
+``<run>/weights/adapter-N``, every server loads it under a new name (``/load_lora_adapter``),
+requests name it from then on (``lora_path``), and the servers drop the previous one
+(``/unload_lora_adapter``). The servers keep serving the base model they were started on.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from envace_engine import adapters
 from envace_engine.models import resolve
 from envace_engine.samplers import Sampler, make_sampler
-from envace_engine.samplers.base import WeightReceiver
+from envace_engine.samplers.base import AdapterReceiver, WeightReceiver
 from envace_engine.training.parallel import distributed
 
 
@@ -32,6 +39,7 @@ class WeightSource:
     model: Any  # transformers PreTrainedModel
     tokenizer: Any  # transformers PreTrainedTokenizerBase
     dist: distributed.Dist
+    adapter: Any | None = None  # a LoRA run's peft model: its adapter alone is pushed
 
 
 def sync_weights(source: WeightSource, run_dir: Path, step: int) -> None:
@@ -48,7 +56,10 @@ def sync_weights(source: WeightSource, run_dir: Path, step: int) -> None:
         return
     error = None
     if source.dist.is_main:
-        error = _push_weights(source, receiver, Path(run_dir), step)
+        if source.adapter is not None and isinstance(receiver, AdapterReceiver):
+            error = _push_adapter(source.adapter, receiver, Path(run_dir), step)
+        else:
+            error = _push_weights(source, receiver, Path(run_dir), step)
     error = distributed.share(error, source.dist)
     if error is not None:
         raise WeightSyncError(error)
@@ -108,6 +119,42 @@ def _push_weights(
     return None
 
 
+def _push_adapter(peft: Any, receiver: AdapterReceiver, run_dir: Path, step: int) -> str | None:
+    """Write the adapter, load it on every server under a new name, switch the requests to it,
+    drop the previous one and older copies (rank 0); the error message if anything failed."""
+    from envace_engine.samplers.sglang import SamplerError
+
+    root = run_dir / WEIGHTS
+    final = root / f"adapter-{step:06d}"
+    tmp = root / f".{final.name}.tmp{os.getpid()}"
+    try:
+        shutil.rmtree(tmp, ignore_errors=True)
+        adapters.save(peft, tmp)
+        if final.exists():  # the same step pushed again (a resumed run): replace it whole
+            shutil.rmtree(final)
+        tmp.rename(final)
+    except OSError as exc:
+        return f"step {step}: could not write the adapter for SGLang under {root}: {exc!r}"
+    # a name never used before on these servers, also when a resumed run pushes a step again
+    name = f"{run_dir.name}-step{step}-{uuid.uuid4().hex[:6]}"
+    previous = getattr(receiver, "lora_name", None)
+    try:
+        receiver.load_lora_adapter(name, final)
+        receiver.use_lora_adapter(name)
+        if previous is not None:
+            receiver.unload_lora_adapter(previous)
+    except SamplerError as exc:
+        return (
+            f"step {step}: the SGLang servers did not take the new adapter, so training stopped "
+            f"(further rollouts would come from a stale policy). {exc}. Start the servers with "
+            "--enable-lora --max-lora-rank R --lora-target-modules M (R and M at least the "
+            f"run's [lora] rank and target_modules); the path must be readable by every server "
+            f"at the same location; then resume the run ({run_dir})"
+        )
+    _prune_weights(root, keep=final.name)
+    return None
+
+
 def _write_weights(source: WeightSource, root: Path, step: int) -> Path:
     """``root/step-N`` as a Hugging Face checkpoint, written to a temporary and renamed.
 
@@ -131,6 +178,6 @@ def _prune_weights(root: Path, keep: str) -> None:
     Without this a run keeps one full copy per step (30 steps of a 135M model: 16 GB).
     """
     for entry in root.iterdir():
-        ours = entry.name.startswith(("step-", ".step-"))
+        ours = entry.name.startswith(("step-", ".step-", "adapter-", ".adapter-"))
         if ours and entry.name != keep and entry.is_dir():
             shutil.rmtree(entry, ignore_errors=True)  # a leftover is retried at the next push
