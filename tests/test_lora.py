@@ -196,3 +196,20 @@ def test_sft_under_lora_saves_an_adapter_that_loads(tmp_path: Path) -> None:
     base = completion_logprobs(load_model(resolve("tiny")), ids, att, cm)
     tuned = completion_logprobs(load_model(resolve(str(out))), ids, att, cm)
     assert not torch.allclose(base, tuned)  # the adapter learned something and is applied
+
+
+def test_envace_eval_takes_base_plus_adapter(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from envace_engine.cli import app
+    from storage.layout import read_manifest
+
+    model, _ = trained_model(resolve("tiny"), SMALL)
+    adapters.save(model, tmp_path / "adapter")
+    name = f"tiny+{tmp_path / 'adapter'}"
+    run = tmp_path / "runs" / "eval-adapter"
+    args = ["eval", "--model", name, "--suite", "toy", "--n-tasks", "1", "--examples", "0"]
+    args += ["--max-new-tokens-act", "6", "--max-turns", "1", "--run-dir", str(run)]
+    result = CliRunner(env={"COLUMNS": "400", "NO_COLOR": "1"}).invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert read_manifest(run).model == name  # the run names base and adapter

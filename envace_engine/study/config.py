@@ -28,6 +28,7 @@ from pydantic import Field, model_validator
 from envace_engine.config import (
     EVAL_TEMPERATURE,
     AdvantageSettings,
+    LoraSettings,
     LossSettings,
     OptimSettings,
     ProbeSettings,
@@ -93,6 +94,8 @@ class StudyTrain(Section):
     loss: LossSettings = LossSettings()
     optim: OptimSettings = OptimSettings()
     probe: ProbeSettings = ProbeSettings()
+    # LoRA arms: each finished arm's adapter is kept in the study folder (runner.keep_adapter)
+    lora: LoraSettings = LoraSettings()
 
 
 RESUMABLE = ("eval.", "lanes")  # --set keys ``envace study --resume`` accepts (and records)

@@ -37,6 +37,7 @@ from envace_engine.study.config import StudyConfig
 from envace_engine.study.evaluation import plan_settings
 from envace_engine.study.report import build_report, write_report
 from envace_engine.study.runner import (
+    KEPT,
     RunSinks,
     evaluate_checkpoint,
     lost_mid_evaluation,
@@ -170,7 +171,7 @@ def run_unit(
 
     try:
         if unit.kind == "train":
-            train_arm(config, unit.name, state, sinks, save, log)
+            train_arm(config, unit.name, state, sinks, save, log, keep=study_dir / KEPT)
         else:
             plan = make_plan(config)  # a claimed evaluation knows its checkpoint (``blocked``)
             evaluate_checkpoint(config, state, plan, (unit.name, unit.model), sinks, save, log)

@@ -18,15 +18,19 @@ the report shows it. A programmer error still raises.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
+import platform
+import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from envace_engine.config import EVAL_BATCH_SIZE, EVAL_CACHE_TOKENS
+from envace_engine import adapters
+from envace_engine.config import EVAL_BATCH_SIZE, EVAL_CACHE_TOKENS, PROMPT_FILE
 from envace_engine.environments import get_suite
 from envace_engine.rollout.loop import RolloutConfig
 from envace_engine.rollout.rewards import state_reward
@@ -208,7 +212,7 @@ def study_units(
             for name_model in untrained_checkpoints(config, state, sinks):
                 yield state, evaluated(name_model)
         reopen_lost_arm(state, arm, len(plan.settings), log)
-        trained = train_arm(config, arm, state, sinks, save, log)
+        trained = train_arm(config, arm, state, sinks, save, log, keep=Path(study_dir) / KEPT)
         keep_verified_eval(state, arm, log)
         publish()
         release_memory()
@@ -233,8 +237,21 @@ def open_state(config: StudyConfig, study_dir: Path) -> StudyState:
     check_start(config.model, state)
     for arm in config.arms:
         state.arms.setdefault(arm, ArmState(run_id=f"{study_id}--{arm}"))
+    relocate_kept(state, Path(study_dir))
     check_retired(config, state)  # before any arm trains: a typo fails now, not hours later
     return state
+
+
+def relocate_kept(state: StudyState, study_dir: Path) -> None:
+    """Point each finished arm whose recorded checkpoint is not here (a study folder copied
+    from another machine or clone) at the adapter the study kept for it, when that adapter's
+    digest is the recorded one; any other arm is left to ``lost_mid_evaluation``."""
+    for arm, record in state.arms.items():
+        kept = study_dir / KEPT / arm
+        if not record.checkpoint or Path(record.checkpoint).is_dir() or not kept.is_dir():
+            continue
+        if record.digest and digest(str(kept)) == record.digest:
+            record.checkpoint = str(kept)
 
 
 def digest(model: str) -> str:
@@ -363,9 +380,11 @@ def train_arm(
     sinks: RunSinks,
     save: Callable[[], None],
     log: Callable[[str], None],
+    keep: Path | None = None,
 ) -> bool:
     """Train one arm to its last step (resuming its run), unless it is done or failed (then
-    return False: nothing changed)."""
+    return False: nothing changed). ``keep``: where a finished LoRA arm's adapter is kept
+    (``keep_adapter``)."""
     from envace_engine.training.checkpoint import latest
     from envace_engine.training.trainer import train
 
@@ -397,11 +416,44 @@ def train_arm(
         elif found is None:
             record.status, record.reason = "failed", f"no checkpoint in {run_dir}"
         else:
-            record.status, record.checkpoint = "done", str(found)
-            record.digest = digest(str(found))
+            kept = keep_adapter(found, keep / arm) if keep is not None else found
+            record.status, record.checkpoint = "done", str(kept)
+            record.digest, record.machine = digest(str(kept)), machine()
     save()
     log(f"arm {arm}: {record.status} {record.reason}".rstrip())
     return True
+
+
+KEPT = "adapters"  # <study>/adapters/<arm>: finished LoRA arms, small enough to commit
+KEPT_FILES = (adapters.ADAPTER_CONFIG, adapters.ADAPTER_WEIGHTS, PROMPT_FILE)
+
+
+def machine() -> str:
+    """The CPU type a unit runs on: its model name and its bf16 unit (or fp32 only)."""
+    from envace_engine.samplers.embedded.packed import cpu_bf16
+
+    name = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as info:
+        name = next((x.partition(":")[2].strip() for x in info if x.startswith("model name")), name)
+    return f"{name} ({cpu_bf16() or 'no bf16 unit: fp32'})"
+
+
+def keep_adapter(checkpoint: Path, dest: Path) -> Path:
+    """A finished arm's model as the study keeps it: a LoRA adapter is copied into ``dest``
+    in the study folder (adapter, config, prompt record: a few MB, no optimizer state), so
+    ``study.json`` and ``<study>/adapters/`` committed together let ``--resume`` continue on
+    any machine, without the run's checkpoints; full weights stay where they are."""
+    if not adapters.is_adapter_dir(checkpoint):
+        return checkpoint
+    tmp = dest.with_name(f".{dest.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for name in KEPT_FILES:
+        if (checkpoint / name).is_file():
+            shutil.copy2(checkpoint / name, tmp / name)
+    shutil.rmtree(dest, ignore_errors=True)
+    tmp.rename(dest)
+    return dest
 
 
 def checkpoints(config: StudyConfig, state: StudyState, sinks: RunSinks) -> list[tuple[str, str]]:
@@ -461,6 +513,8 @@ def evaluate_checkpoint(
     if record.complete(len(plan.settings)):
         return False
     log(f"eval {name}: {model}")
+    if machine() not in record.machines:
+        record.machines.append(machine())
     policy = load_policy(name, model, config)
     here = plan
     if name == "base":

@@ -35,6 +35,7 @@ class ArmState:
     reason: str = ""
     seconds: float = 0.0  # wall time spent training it (all sessions together)
     retired: list[str] = field(default_factory=list)  # earlier runs of this arm (``redo``)
+    machine: str = ""  # the CPU type it finished training on (``runner.machine``)
 
 
 @dataclass
@@ -82,6 +83,7 @@ class CheckpointEval:
     fidelity: FidelityResult | None = None
     error: str = ""
     fidelity_run_id: str = ""  # the run holding the fidelity rollout's episodes, once evaluated
+    machines: list[str] = field(default_factory=list)  # CPU types that evaluated it
 
     def complete(self, n_settings: int) -> bool:
         """Whether all ``n_settings`` settings and the world evaluation are recorded."""
@@ -232,4 +234,5 @@ def _checkpoint_eval(raw: dict[str, Any]) -> CheckpointEval:
         fidelity,
         raw.get("error", ""),
         raw.get("fidelity_run_id", ""),
+        list(raw.get("machines", [])),
     )

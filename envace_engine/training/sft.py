@@ -336,7 +336,7 @@ def run_sft(config: SFTConfig, out_dir: Path, sink: Sink | None = None) -> Path:
 
     torch.manual_seed(config.seed)
     spec = resolve(config.model)
-    (model, _), tokenizer = trained_model(spec, config.lora), load_tokenizer(spec)
+    (model, _), tokenizer = trained_model(spec, config.lora, sampled=False), load_tokenizer(spec)
     chat = ChatTokenizer(tokenizer)
     examples = tokenize(all_samples(config), chat)
     if not examples:
