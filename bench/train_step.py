@@ -21,6 +21,10 @@ Prints one JSON object as the last line: peak RSS and median step time per varia
 the cores (wall time then mostly measures the neighbours). ``ours_bf16`` is ``ours`` under bf16
 autocast (fp32 master weights, gradients and AdamW state, as the trainer's ``bf16 = true``):
 ``bf16_time_ratio`` and ``bf16_rss_ratio`` are its step time and peak RSS over fp32 ``ours``.
+``ours_lora`` is ``ours`` training a rank-16 LoRA adapter on every linear layer of each block
+(``[lora]`` defaults) as the trainer does: the optimizer over the adapter only, and the step's
+time includes rewriting the sampler's merged copy (``adapters.refresh``), whose memory counts in
+its RSS; ``lora_time_ratio`` and ``lora_rss_ratio`` are over ``ours``.
 """
 
 from __future__ import annotations
@@ -43,8 +47,9 @@ from bench.record import add_record_flag, record
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-VARIANTS = ("ours", "ours_bf16", "ours_single", "naive", "naive_micro")
-MICRO = ("ours", "ours_bf16", "naive_micro")  # variants that split the step by --token-budget
+VARIANTS = ("ours", "ours_bf16", "ours_lora", "ours_single", "naive", "naive_micro")
+# variants that split the step by --token-budget
+MICRO = ("ours", "ours_bf16", "ours_lora", "naive_micro")
 
 
 def _rows(num_rows: int, prompt_len: int, completion_len: int, vocab: int) -> list:
@@ -87,14 +92,22 @@ def _child(args: argparse.Namespace) -> dict:
 
     import torch
 
+    from envace_engine import adapters
+    from envace_engine.config import LoraSettings
     from envace_engine.logprobs import completion_logprobs
     from envace_engine.models import load_model, resolve
     from envace_engine.training.advantages import row_advantages, scorable
     from envace_engine.training.batching import collate, micro_batches
+    from envace_engine.training.lora import trained_model
     from envace_engine.training.loss import LossInputs, policy_loss
 
     torch.manual_seed(0)
-    model = load_model(resolve(args.model)).train()
+    merged = None
+    if args.child == "ours_lora":
+        model, merged = trained_model(resolve(args.model), LoraSettings(enabled=True))
+        model.train()
+    else:
+        model = load_model(resolve(args.model)).train()
     rss_load = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     rows = _rows(args.rows, args.prompt_len, args.completion_len, model.config.vocab_size)
     rows, advantages = scorable(rows, row_advantages(rows))
@@ -104,7 +117,7 @@ def _child(args: argparse.Namespace) -> dict:
     else:
         batches = [collate(rows, advantages, pad)]
     total_rows = sum(b.num_rows for b in batches)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-6)
     # bf16 compute as the trainer runs it (``bf16 = true``): autocast GEMMs, fp32 master weights,
     # gradients and AdamW state
     bf16 = args.bf16 or args.child.endswith("_bf16")
@@ -124,6 +137,8 @@ def _child(args: argparse.Namespace) -> dict:
             out = policy_loss(LossInputs.from_batch(batch, logprobs), total_rows=total_rows)
             out.loss.backward()
         optimizer.step()
+        if merged is not None:
+            adapters.refresh(model, merged)
         times.append(time.perf_counter() - start)
         cpu_times.append(time.process_time() - cpu_start)
     return {
@@ -179,7 +194,7 @@ def main() -> None:
     if args.quick:  # a smoke run of the same code path; the memory claim needs full mode
         args.rows, args.prompt_len, args.completion_len, args.steps = 4, 48, 16, 1
         args.token_budget = 128
-        args.variants = "ours,ours_bf16,naive"
+        args.variants = "ours,ours_bf16,ours_lora,naive"
     if args.child:
         print(json.dumps(_child(args)))
         return
@@ -206,7 +221,7 @@ def main() -> None:
         "cpu_s_naive": round(naive["cpu_s"], 2),
         "rss_mb_after_load": round(naive["rss_mb_after_load"], 1),
     }
-    for extra in ("ours_bf16", "ours_single", "naive_micro"):
+    for extra in ("ours_bf16", "ours_lora", "ours_single", "naive_micro"):
         if extra in results:
             summary[f"peak_rss_mb_{extra}"] = round(results[extra]["peak_rss_mb"], 1)
             summary[f"step_s_{extra}"] = round(results[extra]["step_s"], 2)
@@ -218,6 +233,10 @@ def main() -> None:
         summary["bf16_time_ratio"] = round(bf16["step_s"] / ours["step_s"], 3)
         summary["bf16_cpu_time_ratio"] = round(bf16["cpu_s"] / ours["cpu_s"], 3)
         summary["bf16_rss_ratio"] = round(bf16["peak_rss_mb"] / ours["peak_rss_mb"], 3)
+    if "ours_lora" in results:
+        lora = results["ours_lora"]
+        summary["lora_time_ratio"] = round(lora["step_s"] / ours["step_s"], 3)
+        summary["lora_rss_ratio"] = round(lora["peak_rss_mb"] / ours["peak_rss_mb"], 3)
     print(json.dumps(summary))
     if args.record:
         record(__file__, summary)
