@@ -108,6 +108,14 @@ def resolve(name: str) -> ModelSpec:
     )
 
 
+def is_local_model(name: str) -> bool:
+    """Whether ``name`` is a checkpoint folder, an adapter folder or ``BASE+ADAPTER_DIR`` on this
+    machine (file checks only: nothing is loaded)."""
+    _, plus, tail = name.rpartition("+")
+    folder = Path(tail if plus else name).expanduser()
+    return adapters.is_adapter_dir(folder) or (not plus and (folder / "config.json").is_file())
+
+
 def _resolve_adapter(name: str) -> ModelSpec | None:
     """``BASE+ADAPTER_DIR`` or an adapter directory alone; None when ``name`` is neither."""
     base, plus, tail = name.rpartition("+")

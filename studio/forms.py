@@ -21,7 +21,7 @@ from pydantic import (
 )
 
 from envace_engine.config import ROLLOUT_DEFAULTS
-from envace_engine.models import SMOLLM2, TINY, registry
+from envace_engine.models import SMOLLM2, TINY, is_local_model, registry
 from studio.space import HostLimits
 
 KINDS = {
@@ -62,11 +62,11 @@ def known_model(value: str) -> str:
     value = value.strip()
     if value in registry() or value.startswith("sglang+http"):
         return value
-    if (Path(value).expanduser() / "config.json").is_file():
+    if is_local_model(value):
         return value
     raise ValueError(
         f"unknown model {value!r}: use one of {', '.join(registry())}, a checkpoint folder "
-        "with config.json, or sglang+http://HOST:PORT"
+        "with config.json, a LoRA adapter folder (BASE+FOLDER), or sglang+http://HOST:PORT"
     )
 
 

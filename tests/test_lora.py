@@ -213,3 +213,16 @@ def test_envace_eval_takes_base_plus_adapter(tmp_path: Path) -> None:
     result = CliRunner(env={"COLUMNS": "400", "NO_COLOR": "1"}).invoke(app, args)
     assert result.exit_code == 0, result.output
     assert read_manifest(run).model == name  # the run names base and adapter
+
+
+def test_the_studio_forms_accept_an_adapter_as_a_model(tmp_path: Path) -> None:
+    from envace_engine.models import is_local_model
+    from studio.forms import known_model
+
+    (tmp_path / "adapter").mkdir()
+    (tmp_path / "adapter" / adapters.ADAPTER_CONFIG).write_text('{"r": 4}')
+    for name in (str(tmp_path / "adapter"), f"tiny+{tmp_path / 'adapter'}"):
+        assert is_local_model(name) and known_model(name) == name
+    assert not is_local_model(f"tiny+{tmp_path}")  # not an adapter folder
+    with pytest.raises(ValueError, match="LoRA adapter folder"):
+        known_model(str(tmp_path / "missing"))

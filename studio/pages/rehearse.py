@@ -24,6 +24,7 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
+from envace_engine.models import is_local_model
 from studio import forms
 from studio.context import Studio
 from studio.pages.inspector import lookup, response_text
@@ -61,8 +62,10 @@ def _available(model: str, root: Path) -> str | None:
     if model in MODELS:
         return model
     for folder in (Path(model).expanduser(), root / model):
-        if (folder / "config.json").is_file():
+        if is_local_model(str(folder)):
             return str(folder)
+    if is_local_model(model):  # BASE+ADAPTER_DIR
+        return model
     looks_like_hub_id = model.count("/") == 1 and not model.startswith((".", "/", "~"))
     return model if looks_like_hub_id else None
 
@@ -75,7 +78,7 @@ def run_model(ctx: Studio, run_id: str, step: int) -> RunModel:
     model = info.manifest.model
     if info.manifest.kind == "train" and step > 0:
         folder = info.path / "checkpoints" / f"step-{step:06d}"
-        own = str(folder) if (folder / "config.json").is_file() else None
+        own = str(folder) if is_local_model(str(folder)) else None
         return RunModel(f"checkpoint `step-{step:06d}` of run `{run_id}`", own)
     wanted = f"`{model}`, the model of run `{run_id}`" if model else f"the model of `{run_id}`"
     return RunModel(wanted, _available(model, ctx.root) if model else None)
