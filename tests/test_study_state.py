@@ -257,7 +257,7 @@ def test_base_is_evaluated_before_an_arm_trains_again_for_a_lost_checkpoint(tmp_
     )
     units: list[str] = []
 
-    def train(config, arm, state, sinks, save, log):
+    def train(config, arm, state, sinks, save, log, keep=None):
         record = state.arms[arm]
         if record.status == "done":
             return False
