@@ -18,7 +18,6 @@ each step, and its rounding would drift the base over a run.
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,11 +27,17 @@ if TYPE_CHECKING:
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 NAME = "default"  # peft's adapter name: one adapter per model
-log = logging.getLogger(__name__)
 
 
 class AdapterError(ValueError):
     """An adapter does not fit its settings or its base model; the message says what to fix."""
+
+
+def split_name(name: str) -> tuple[str, Path]:
+    """``BASE+ADAPTER_DIR`` -> (``BASE``, the folder); any other name -> ("", the name as a
+    folder). Only a name's last ``+`` separates (``sglang+`` specs are resolved before this)."""
+    base, plus, tail = name.rpartition("+")
+    return (base, Path(tail).expanduser()) if plus else ("", Path(name).expanduser())
 
 
 def is_adapter_dir(path: Path | str) -> bool:
@@ -127,10 +132,10 @@ def _load(make: Any, path: Path) -> Any:
     except RuntimeError as err:
         if "size mismatch" not in str(err):
             raise
+        base = recorded_base(path)
         raise AdapterError(
-            f"adapter {path} does not fit this base model (it was trained on "
-            f"{recorded_base(path)!r}; shapes differ): load it onto that base, "
-            f"e.g. {recorded_base(path)}+{path}"
+            f"adapter {path} does not fit this base model (it was trained on {base!r}; shapes "
+            f"differ): load it onto that base, e.g. {base}+{path}"
         ) from None
 
 

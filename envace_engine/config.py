@@ -23,6 +23,8 @@ from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from envace_engine.adapters import split_name
+
 TrainMode = Literal["envace", "real-grpo", "act-only", "simulator"]
 # The embedded sampler's GEMM dtype (``samplers.embedded.sampler.compute_dtype``).
 SamplerDtype = Literal["auto", "float32", "bfloat16"]
@@ -140,8 +142,7 @@ def checkpoint_prompts(model: str) -> dict[str, Any]:
     if model.startswith("sglang+"):
         return {}
     # BASE+ADAPTER_DIR: the adapter's record (the run that trained it rendered the prompts)
-    folder = model.rpartition("+")[2] or model
-    file = Path(folder).expanduser() / PROMPT_FILE
+    file = split_name(model)[1] / PROMPT_FILE
     if not file.is_file():
         return {}
     try:

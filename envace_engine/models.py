@@ -111,24 +111,22 @@ def resolve(name: str) -> ModelSpec:
 def is_local_model(name: str) -> bool:
     """Whether ``name`` is a checkpoint folder, an adapter folder or ``BASE+ADAPTER_DIR`` on this
     machine (file checks only: nothing is loaded)."""
-    _, plus, tail = name.rpartition("+")
-    folder = Path(tail if plus else name).expanduser()
-    return adapters.is_adapter_dir(folder) or (not plus and (folder / "config.json").is_file())
+    base, folder = adapters.split_name(name)
+    return adapters.is_adapter_dir(folder) or (not base and (folder / "config.json").is_file())
 
 
 def _resolve_adapter(name: str) -> ModelSpec | None:
     """``BASE+ADAPTER_DIR`` or an adapter directory alone; None when ``name`` is neither."""
-    base, plus, tail = name.rpartition("+")
-    folder = Path(tail if plus else name).expanduser()
+    base, folder = adapters.split_name(name)
     if not adapters.is_adapter_dir(folder):
-        if plus and base and folder.exists():
+        if base and folder.exists():
             raise ModelError(
                 f"{name!r}: {folder} has no {adapters.ADAPTER_CONFIG}, so it is not a LoRA "
                 "adapter: name BASE+ADAPTER_DIR with a directory an adapter was saved to"
             )
         return None
     try:
-        base = base if plus else adapters.recorded_base(folder)
+        base = base or adapters.recorded_base(folder)
     except adapters.AdapterError as err:
         raise ModelError(str(err)) from None
     under = resolve(base)

@@ -172,23 +172,11 @@ def test_resume_from_an_adapter_checkpoint_gives_the_same_next_step(tmp_path: Pa
 
 @pytest.mark.slow
 def test_sft_under_lora_saves_an_adapter_that_loads(tmp_path: Path) -> None:
-    from envace_engine.config import SFTConfig
     from envace_engine.sink import JsonlSink
     from envace_engine.training.sft import run_sft
+    from tests.test_sft import tiny_sft_config
 
-    config = build(
-        SFTConfig,
-        {
-            "model": "tiny",
-            "n_tasks": 4,
-            "max_steps": 2,
-            "batch_size": 2,
-            "lr": 1e-2,
-            "task_filter": {"world": "warehouse"},
-            "rollout": {"n_examples": 0},
-            "lora": {"enabled": True, "rank": 4},
-        },
-    )
+    config = tiny_sft_config(lr=1e-2, lora={"enabled": True, "rank": 4})
     out = run_sft(config, tmp_path / "model", JsonlSink(tmp_path))
     assert adapters.is_adapter_dir(out) and not (out / "model.safetensors").exists()
     assert (out / "envace_prompts.json").is_file()  # evaluations render prompts as SFT did

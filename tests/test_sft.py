@@ -98,23 +98,26 @@ def test_sft_prompts_are_exactly_the_rollout_prompts(tokenizer, n_examples, hist
         assert suite.score(task, calls, list(episode.final_answers)) == 1.0
 
 
+def tiny_sft_config(**extra: object) -> SFTConfig:
+    """Two SFT steps of the tiny model on four warehouse tasks (``extra`` on top)."""
+    data: dict = {
+        "model": "tiny",
+        "n_tasks": 4,
+        "max_steps": 2,
+        "batch_size": 2,
+        "task_filter": {"world": "warehouse"},
+        "rollout": {"n_examples": 0},
+    }
+    return build(SFTConfig, {**data, **extra})
+
+
 @pytest.mark.slow
 def test_run_sft_saves_a_loadable_checkpoint(tmp_path: Path) -> None:
     from envace_engine.models import load_model, resolve
     from envace_engine.sink import JsonlSink
     from envace_engine.training.sft import run_sft
 
-    config = build(
-        SFTConfig,
-        {
-            "model": "tiny",
-            "n_tasks": 4,
-            "max_steps": 2,
-            "batch_size": 2,
-            "task_filter": {"world": "warehouse"},
-            "rollout": {"n_examples": 0},
-        },
-    )
+    config = tiny_sft_config()
     out = run_sft(config, tmp_path / "model", JsonlSink(tmp_path))
     model = load_model(resolve(str(out)))
     assert model.config.num_hidden_layers == 4

@@ -131,6 +131,8 @@ class AdapterReceiver(Protocol):
     ``--enable-lora``): a LoRA run pushes only the adapter each step
     (``training.parallel.weight_sync``)."""
 
+    lora_name: str | None  # the adapter requests name now (None: the base model)
+
     def load_lora_adapter(self, name: str, path: str | Path) -> None:
         """Make every server load the adapter directory ``path`` under ``name``; raise if any
         refuses."""

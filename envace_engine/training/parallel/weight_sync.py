@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -125,19 +126,15 @@ def _push_adapter(peft: Any, receiver: AdapterReceiver, run_dir: Path, step: int
     from envace_engine.samplers.sglang import SamplerError
 
     root = run_dir / WEIGHTS
-    final = root / f"adapter-{step:06d}"
-    tmp = root / f".{final.name}.tmp{os.getpid()}"
     try:
-        shutil.rmtree(tmp, ignore_errors=True)
-        adapters.save(peft, tmp)
-        if final.exists():  # the same step pushed again (a resumed run): replace it whole
-            shutil.rmtree(final)
-        tmp.rename(final)
+        final = _write_atomically(
+            root / f"adapter-{step:06d}", lambda tmp: adapters.save(peft, tmp)
+        )
     except OSError as exc:
         return f"step {step}: could not write the adapter for SGLang under {root}: {exc!r}"
     # a name never used before on these servers, also when a resumed run pushes a step again
     name = f"{run_dir.name}-step{step}-{uuid.uuid4().hex[:6]}"
-    previous = getattr(receiver, "lora_name", None)
+    previous = receiver.lora_name
     try:
         receiver.load_lora_adapter(name, final)
         receiver.use_lora_adapter(name)
@@ -161,12 +158,21 @@ def _write_weights(source: WeightSource, root: Path, step: int) -> Path:
     The rename means a server is never pointed at, and a crash never leaves, half a copy
     under the final name.
     """
-    final = root / f"step-{step:06d}"
-    tmp = root / f".{final.name}.tmp{os.getpid()}"
+
+    def write(tmp: Path) -> None:
+        source.model.save_pretrained(tmp, safe_serialization=True)
+        source.tokenizer.save_pretrained(tmp)
+
+    return _write_atomically(root / f"step-{step:06d}", write)
+
+
+def _write_atomically(final: Path, write: Callable[[Path], None]) -> Path:
+    """``write`` into a temporary sibling of ``final``, then rename it to ``final`` (a copy of
+    the same step pushed again, by a resumed run, is replaced whole)."""
+    tmp = final.with_name(f".{final.name}.tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    source.model.save_pretrained(tmp, safe_serialization=True)
-    source.tokenizer.save_pretrained(tmp)
-    if final.exists():  # the same step pushed again (a resumed run): replace it whole
+    write(tmp)
+    if final.exists():
         shutil.rmtree(final)
     tmp.rename(final)
     return final
