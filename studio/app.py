@@ -22,7 +22,7 @@ import gradio as gr
 from studio import space
 from studio.auth import AuthError, AuthPolicy
 from studio.context import Studio
-from studio.lazy import QUEUE_LOADS
+from studio.lazy import QUEUE_LOADS, PageLoads
 from studio.pages import (
     annotate,
     budget,
@@ -149,6 +149,7 @@ def build_app(
 ) -> gr.Blocks:
     """Assemble every page into one Blocks app."""
     ctx = Studio.open(data_root(root), policy, limits)
+    loads = PageLoads()  # every page's load handler, sent as one request (studio.lazy)
     with gr.Blocks(title=TITLE) as demo:
         user = gr.State(None)
         gr.Markdown(f"# {TITLE}\nWorld-rehearsal RL for LLM tool-use agents.", elem_id="title")
@@ -157,24 +158,24 @@ def build_app(
             # Home first: a new visitor lands on what the demo is; and the first tab is mounted
             # on every page load before ?tab= switches, so it must be light (text, no charts)
             with gr.Tab(PAGES["home"], id="home") as tab:
-                home.build(ctx, tab, demo)
+                home.build(ctx, tab, loads)
             with gr.Tab(PAGES["study"], id="study", elem_id="study-page") as tab:
-                study.build(ctx, tab, demo)
+                study.build(ctx, tab, loads)
             with gr.Tab(PAGES["runs"], id="runs", elem_id="runs-page") as tab:
-                runs.build(ctx, user, tab, demo)
+                runs.build(ctx, user, tab, loads)
             with gr.Tab(PAGES["inspector"], id="inspector", elem_id="inspector-page") as tab:
-                inspector.build(ctx, tab, demo)
+                inspector.build(ctx, tab, loads)
             with gr.Tab(PAGES["compare"], id="compare", elem_id="compare-page") as tab:
                 compare.build(ctx, tab)
             with gr.Tab(PAGES["runs-compare"], id="runs-compare", elem_id="cmp-page"):
-                runs_compare.build(ctx, demo)
+                runs_compare.build(ctx, loads)
             with gr.Tab(PAGES["annotate"], id="annotate", elem_id="annotate-page"):
-                annotate.build(ctx, user, demo)
+                annotate.build(ctx, user, loads)
             with gr.Tab(PAGES["budget"], id="budget", elem_id="budget-page") as tab:
                 budget.build(ctx, user, tab)
             with gr.Tab(PAGES["rehearse"], id="rehearse", elem_id="rehearse-page") as tab:
                 rehearse.build(ctx, tab)
-
+        loads.install(demo)
     return demo
 
 

@@ -22,7 +22,7 @@ import pandas as pd
 from storage.store import NOTE_MAX_CHARS
 from studio.auth import AuthError
 from studio.context import Studio
-from studio.lazy import QUEUE_LOADS
+from studio.lazy import PageLoads
 from studio.pages import inspector
 from studio.pages.runs import run_choices
 
@@ -193,12 +193,12 @@ def from_link(ctx: Studio, params: dict[str, str]) -> tuple[object, ...]:
     return kind, chosen, gr.update(value=run_id), radio, history(ctx, chosen, run_id)
 
 
-def build(ctx: Studio, user: gr.State, demo: gr.Blocks) -> None:
+def build(ctx: Studio, user: gr.State, loads: PageLoads) -> None:
     """Lay out the page (the queue first, then the form for any call or episode)."""
     from studio.pages import queue  # here, not at the top: queue imports this module
 
     queue.build(
-        ctx, user, demo, lambda u, r, call, lab, n: save(ctx, u, "call", call, lab, n, r)[0]
+        ctx, user, loads, lambda u, r, call, lab, n: save(ctx, u, "call", call, lab, n, r)[0]
     )
     with gr.Column(elem_id="annot-form"):  # keys label here once the form was last touched
         gr.Markdown("### Any call or episode")
@@ -256,8 +256,8 @@ def build(ctx: Studio, user: gr.State, demo: gr.Blocks) -> None:
 
     def on_load(request: gr.Request) -> tuple[object, ...]:
         params = dict(request.query_params) if request else {}
-        if params.get("tab") != "annotate" or not (params.get("call") or params.get("episode")):
+        if not (params.get("call") or params.get("episode")):
             return tuple(gr.update() for _ in range(5))  # no deep link: nothing to query
         return from_link(ctx, params)
 
-    demo.load(on_load, None, [kind, target, run, label, table], queue=QUEUE_LOADS)
+    loads.on("annotate", on_load, (), [kind, target, run, label, table])

@@ -12,7 +12,7 @@ import gradio as gr
 
 from envace_engine.models import SMOLLM2, registry
 from studio.context import Studio
-from studio.lazy import QUEUE_LOADS, when_shown
+from studio.lazy import PageLoads, when_shown
 
 if TYPE_CHECKING:
     from storage.layout import RunManifest
@@ -244,15 +244,15 @@ SHOW_DOC_JS = """() => {
 }"""
 
 
-def build(ctx: Studio, tab: gr.Tab, demo: gr.Blocks) -> None:
-    """Lay out the home page (``demo``: for the ``?doc=`` link on load)."""
+def build(ctx: Studio, tab: gr.Tab, loads: PageLoads) -> None:
+    """Lay out the home page (``loads``: for the ``?doc=`` link on load)."""
     about = gr.Markdown(elem_id="home-about")
     glossary("home-glossary")
     with gr.Row():
         gr.Markdown(GUIDE)
         data = gr.Markdown(elem_id="home-overview")
     # drawn each time the page is shown, so new runs show without a restart
-    when_shown(demo, tab, "home", lambda: (about_demo(ctx), overview(ctx)), [about, data])
+    when_shown(loads, tab, "home", lambda: (about_demo(ctx), overview(ctx)), [about, data])
     gr.Markdown("## Docs")
     pick = gr.Dropdown(
         doc_names(), value=None, label="read a doc", filterable=True, elem_id="home-doc-pick"
@@ -263,4 +263,5 @@ def build(ctx: Studio, tab: gr.Tab, demo: gr.Blocks) -> None:
     def on_load(request: gr.Request) -> tuple[Any, str]:
         return from_link(dict(request.query_params) if request is not None else {})
 
-    demo.load(on_load, None, [pick, doc], queue=QUEUE_LOADS).then(None, None, None, js=SHOW_DOC_JS)
+    loads.on("home", on_load, (), [pick, doc])
+    loads.then_js(SHOW_DOC_JS)

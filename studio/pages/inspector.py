@@ -30,7 +30,7 @@ import pandas as pd
 
 from storage.search import ROLES as SEARCH_ROLES
 from studio.context import Studio
-from studio.lazy import QUEUE_LOADS
+from studio.lazy import PageLoads
 from studio.pages.runs import run_choices
 
 PAGE_SIZE = 50
@@ -700,7 +700,7 @@ def deep_link(ctx: Studio, params: dict[str, str]) -> tuple[object, ...]:
     return (episode_id, gr.update(choices=choices, value=listed), *listing, *opened)
 
 
-def build(ctx: Studio, tab: gr.Tab, demo: gr.Blocks) -> None:
+def build(ctx: Studio, tab: gr.Tab, loads: PageLoads) -> None:
     """Lay out the page and wire its events (read-only: no user needed).
 
     A deep link (``?tab=inspector&run=&episode=``) fills the page with the page load, beside the
@@ -801,10 +801,7 @@ def build(ctx: Studio, tab: gr.Tab, demo: gr.Blocks) -> None:
         return deep_link(ctx, {})
 
     def on_load(request: gr.Request) -> tuple[object, ...]:
-        params = dict(request.query_params) if request else {}
-        if params.get("tab") != "inspector":
-            return keep
-        return deep_link(ctx, params)
+        return deep_link(ctx, dict(request.query_params) if request else {})
 
     tab.select(on_open, [run], targets)
-    demo.load(on_load, None, targets, queue=QUEUE_LOADS)
+    loads.on("inspector", on_load, (), targets)

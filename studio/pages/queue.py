@@ -21,7 +21,7 @@ import pandas as pd
 
 from storage.queue import SCOPES, QueueFilter
 from studio.context import Studio
-from studio.lazy import QUEUE_LOADS
+from studio.lazy import PageLoads
 from studio.pages import compare, inspector
 from studio.pages.annotate import NOTE_INFO, label_choices, label_title
 
@@ -172,7 +172,7 @@ def from_link(ctx: Studio, user: str | None, params: dict[str, str]) -> tuple[An
     return (gr.update(value=run_id), *views, agreement_frame(ctx, run_id))
 
 
-def build(ctx: Studio, user: gr.State, demo: gr.Blocks, save: Save) -> None:
+def build(ctx: Studio, user: gr.State, loads: PageLoads, save: Save) -> None:
     """The queue section; ``save(user, run_id, call_id, label, note) -> message`` stores one
     label."""
     gr.Markdown("### Queue")
@@ -235,8 +235,8 @@ def build(ctx: Studio, user: gr.State, demo: gr.Blocks, save: Save) -> None:
     def on_load(u: str | None, request: gr.Request) -> tuple[Any, ...]:
         params = dict(request.query_params) if request else {}
         # &episode= links to the form below (an episode is no pair): the queue stays as it is
-        if params.get("tab") != "annotate" or not params.get("run") or params.get("episode"):
+        if not params.get("run") or params.get("episode"):
             return (gr.update(), *keep, gr.update())
         return from_link(ctx, u, params)
 
-    demo.load(on_load, [user], [run, *views, agree], queue=QUEUE_LOADS)
+    loads.on("annotate", on_load, [user], [run, *views, agree])

@@ -15,7 +15,7 @@ from studio import charts, forms
 from studio.auth import AuthError
 from studio.context import Studio
 from studio.jobs import ACTIVE, JobError, format_duration
-from studio.lazy import when_shown
+from studio.lazy import PageLoads, when_shown
 from studio.space import LimitError
 
 # Key columns first (the table scrolls sideways past them); ``run_id`` and ``status`` stay
@@ -305,14 +305,14 @@ def chart_plot(label: str, elem_id: str) -> gr.Plot:
     return gr.Plot(label=label, elem_id=elem_id, show_label=False, min_width=charts.PLOT_MIN_WIDTH)
 
 
-def build(ctx: Studio, user: gr.State, tab: gr.Tab, demo: gr.Blocks) -> None:
+def build(ctx: Studio, user: gr.State, tab: gr.Tab, loads: PageLoads) -> None:
     """Lay out the page and wire its events."""
     with gr.Row():
         with gr.Column(scale=3):
             gr.Markdown("### Runs")
             # drawn each time the page is shown: a fixed or new problem shows at once
             problems = gr.Markdown(elem_id="runs-unreadable")
-            when_shown(demo, tab, "runs", lambda: unreadable_note(ctx), [problems])
+            when_shown(loads, tab, "runs", lambda: unreadable_note(ctx), [problems])
             runs = gr.Dataframe(
                 runs_table(ctx),
                 elem_id="runs-table",

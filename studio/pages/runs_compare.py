@@ -17,7 +17,7 @@ import pandas as pd
 
 from studio import charts
 from studio.context import Studio
-from studio.lazy import QUEUE_LOADS
+from studio.lazy import PageLoads
 from studio.pages import inspector
 from studio.pages.runs import run_choices
 
@@ -109,7 +109,7 @@ def side_by_side(ctx: Studio, run_ids: list[str], task_id: str) -> tuple[Any, ..
     return tuple(out)
 
 
-def build(ctx: Studio, demo: gr.Blocks) -> None:
+def build(ctx: Studio, loads: PageLoads) -> None:
     """Lay out the page and wire its events. A deep link (``?tab=runs-compare&runs=A,B``) fills
     it with the page load; the run menu is filled then too."""
     runs = gr.Dropdown(
@@ -157,10 +157,10 @@ def build(ctx: Studio, demo: gr.Blocks) -> None:
 
     def from_link(request: gr.Request) -> tuple[Any, ...]:
         params = request.query_params if request else {}
-        wanted = params.get("runs", "") if params.get("tab") == "runs-compare" else ""
+        wanted = params.get("runs", "")
         run_ids = [r for r in wanted.split(",") if r]
         if len(run_ids) < 2:
             return (gr.update(),) * 5
         return (gr.update(choices=run_choices(ctx), value=run_ids), *refresh(run_ids, None, "all"))
 
-    demo.load(from_link, None, [runs, metric, plot, message, table], queue=QUEUE_LOADS)
+    loads.on("runs-compare", from_link, (), [runs, metric, plot, message, table])

@@ -18,7 +18,7 @@ import pandas as pd
 
 from studio import charts
 from studio.context import Studio
-from studio.lazy import QUEUE_LOADS, asked_page, when_shown
+from studio.lazy import PageLoads, when_shown
 from studio.pages import home
 
 REPORT = "report.json"
@@ -183,13 +183,13 @@ def refresh(ctx: Studio, run_id: str | None, label: str) -> tuple[Any, ...]:
     return (gr.update(choices=fresh, value=chosen), *show(ctx, chosen, label))
 
 
-def build(ctx: Studio, tab: gr.Tab, demo: gr.Blocks) -> None:
-    """Lay out the study page and wire it (``demo``: for the ``?study=`` deep link on load)."""
+def build(ctx: Studio, tab: gr.Tab, loads: PageLoads) -> None:
+    """Lay out the study page and wire it (``loads``: for the ``?study=`` deep link on load)."""
     runs = study_runs(ctx)
     # The landing page: say what the demo is and what its words mean before the verdicts.
     with gr.Accordion("What this demo is", open=True, elem_id="study-about"):
         about = gr.Markdown()
-    when_shown(demo, tab, "study", lambda: home.about_demo(ctx, heading=False), [about])
+    when_shown(loads, tab, "study", lambda: home.about_demo(ctx, heading=False), [about])
     home.glossary("study-glossary")
     with gr.Row():
         pick = gr.Dropdown(
@@ -216,8 +216,6 @@ def build(ctx: Studio, tab: gr.Tab, demo: gr.Blocks) -> None:
 
     def deep_link(c: str, request: gr.Request) -> tuple[Any, ...]:
         params = request.query_params if request is not None else {}
-        if asked_page(request) != "study":  # another page was asked for: draw on select
-            return (gr.update(),) * (1 + len(outputs))
         return refresh(ctx, params.get("study"), c)
 
-    demo.load(deep_link, [curve], [pick, *outputs], queue=QUEUE_LOADS)
+    loads.on("study", deep_link, [curve], [pick, *outputs])
