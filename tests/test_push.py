@@ -76,3 +76,40 @@ def test_push_errors_name_the_problem(trained, tmp_path):
     assert result.exit_code != 0 and "the Hub is offline" in result.output
     with pytest.raises(StageError, match="no ChatML markers"):
         chat_messages("plain text")
+
+
+def test_a_lora_run_is_staged_as_an_adapter_repo_that_peft_loads(tmp_path):
+    """A LoRA run pushes its adapter (a peft repo): peft puts it on the base model and gives
+    the same logits as the merged model our loader builds. An SFT run makes the adapter: its
+    loss moves ``B`` off zero on any CPU, so the comparison is not of the base with itself."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from envace_engine import adapters
+    from envace_engine.models import load_model, resolve
+
+    root = tmp_path / "root"
+    sets = ["model=tiny", "n_tasks=4", "max_steps=2", "batch_size=2", "eval_tasks=2", "lr=1e-2"]
+    sets += ["bf16=false", "lora.enabled=true", "lora.rank=4", f"root={root}", "run_id=l1"]
+    args = ["sft", "--config", str(CONFIGS / "study-core-sft.toml")]
+    result = CliRunner().invoke(app, [*args, *(x for s in sets for x in ("--set", s))])
+    assert result.exit_code == 0, result.output
+    stage = tmp_path / "stage"
+    argv = ["push", "l1", "--root", str(root), "--stage", str(stage), "--stage-only"]
+    result = CliRunner().invoke(app, [*argv, "--repo", "me/tiny-lora"])
+    assert result.exit_code == 0, result.output
+    model_dir = stage / "model"
+    assert adapters.is_adapter_dir(model_dir) and not (model_dir / "model.safetensors").exists()
+    card = (model_dir / "README.md").read_text()
+    assert card.startswith("---\nlibrary_name: peft") and "PeftModel.from_pretrained" in card
+    base = resolve(adapters.recorded_base(model_dir))  # the base the adapter's config names
+    plain = AutoModelForCausalLM.from_pretrained(base.path, dtype=torch.float32)
+    peft_model = PeftModel.from_pretrained(plain, str(model_dir))
+    ours = load_model(resolve(str(model_dir)), dtype="float32")
+    ids = torch.tensor([[1, 5, 9, 14, 3, 7]])
+    with torch.no_grad():
+        got, want = peft_model(ids).logits, ours(ids).logits
+        untuned = load_model(base, dtype="float32")(ids).logits
+    assert torch.allclose(got, want, atol=1e-5)
+    assert not torch.allclose(got, untuned, atol=1e-4)  # the adapter is applied, not ignored
