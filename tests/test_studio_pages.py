@@ -254,8 +254,8 @@ def test_budget_sweep_chart_table_and_saved_choice(ctx):
         "sequential N=2",
     ]
     # Δ vs N = 0 per task: plain (0, 0, 1); parallel N=2 (1, 0, 1); sequential N=2 (1, 1, 0)
-    # (reward 0.5 is no success): both +1/3 on average, paired as study.stats computes it.
-    from envace_engine.study.stats import paired_difference
+    # (reward 0.5 is no success): both +1/3 on average, paired as envace_engine.stats computes it.
+    from envace_engine.stats import paired_difference
 
     assert list(deltas["mode"]) == ["parallel", "sequential"]
     assert list(deltas["delta"]) == [pytest.approx(1 / 3, abs=1e-3)] * 2

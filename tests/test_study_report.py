@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from envace_engine.config import build
+from envace_engine.stats import Estimate
 from envace_engine.study.config import StudyConfig
 from envace_engine.study.report import at_least, build_report, effect, greater, markdown
 from envace_engine.study.state import StudyState
-from envace_engine.study.stats import Estimate
 from tests.studio_data import make_study, study_state
 
 

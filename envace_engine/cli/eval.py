@@ -37,7 +37,7 @@ from envace_engine.testtime.memory import MemoryConfig
 
 if TYPE_CHECKING:
     from envace_engine.models import ModelSpec
-    from envace_engine.study.stats import Estimate
+    from envace_engine.stats import Estimate
     from envace_engine.testtime.evaluate import SweepPoint
 
 _MEMORY_TOKENS = MemoryConfig().max_new_tokens
@@ -314,10 +314,10 @@ def sweep_deltas(points: Sequence[SweepPoint], resamples: int, seed: int) -> dic
 
     A task's success rate over its repeats is the unit: the Δ is paired over the tasks both
     points evaluated, with a 95 % percentile-bootstrap interval over tasks
-    (``study.stats.paired_by_task``, as the study's test-time table). Without an N = 0
+    (``stats.paired_by_task``, as the study's test-time table). Without an N = 0
     point for the checkpoint there is nothing to compare with, and no entry.
     """
-    from envace_engine.study.stats import paired_by_task
+    from envace_engine.stats import paired_by_task
 
     def rates(point: SweepPoint) -> dict[str, float]:
         return {t.task_id: t.successes / max(len(t.rewards), 1) for t in point.tasks}
@@ -342,7 +342,7 @@ def _sweep_rows(points: Sequence[Any], seed: int = 0) -> list[dict[str, Any]]:
         return m["sweep/rehearsal_tokens"] + m["sweep/memory_tokens"]
 
     front = set(pareto_front([(overhead(p.metrics), p.metrics["sweep/success"]) for p in points]))
-    from envace_engine.study.stats import RESAMPLES
+    from envace_engine.stats import RESAMPLES
 
     deltas = sweep_deltas(points, RESAMPLES, seed)
     return [

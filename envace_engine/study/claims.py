@@ -1,7 +1,7 @@
 """The world-model claims (a′)–(d′) of a study with a ``fidelity`` arm, and their rules.
 
 The rules are fixed here, before any run; every interval is a 95 % bootstrap over held-out
-tasks, paired by task (``study.stats``), on the ungrounded world evaluation (each checkpoint in
+tasks, paired by task (``stats``), on the ungrounded world evaluation (each checkpoint in
 its own rehearsed world with a shadow real environment) and the plain real-tool evaluation.
 
 * (a′) **the fidelity signal teaches the world** — per task, the mean rehearsed-vs-real pair
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from envace_engine.study.stats import Estimate
+from envace_engine.stats import Estimate
 
 if TYPE_CHECKING:
     from envace_engine.study.report import Builder

@@ -37,7 +37,7 @@ from envace_engine.config import (
     Section,
     TrainConfig,
 )
-from envace_engine.study.stats import RESAMPLES
+from envace_engine.stats import RESAMPLES
 
 ArmName = Literal["envace", "real-grpo", "act-only", "shared-baseline", "simulator", "fidelity"]
 ARMS: tuple[str, ...] = (

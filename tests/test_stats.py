@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from envace_engine.study.stats import bootstrap_mean, paired_by_task, paired_difference, quantile
+from envace_engine.stats import bootstrap_mean, paired_by_task, paired_difference, quantile
 
 
 def test_quantile_interpolates():
