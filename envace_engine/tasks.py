@@ -147,7 +147,8 @@ def task_from_model(model: TaskModel, raw: dict[str, Any]) -> Task:
     )
 
 
-def _describe(error: ValidationError) -> list[str]:
+def describe_errors(error: ValidationError) -> list[str]:
+    """One ``field 'a.b': message`` per pydantic error (task files, suite files)."""
     out = []
     for item in error.errors():
         where = ".".join(str(p) for p in item["loc"])
@@ -173,7 +174,7 @@ def parse_lines(lines: Iterable[str], path: str = "<tasks>") -> list[Task]:
         try:
             model = TaskModel.model_validate(data)
         except ValidationError as err:
-            errors += [f"{path}:{number}: {msg}" for msg in _describe(err)]
+            errors += [f"{path}:{number}: {msg}" for msg in describe_errors(err)]
             continue
         if model.id in first_line:
             errors.append(

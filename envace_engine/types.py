@@ -61,6 +61,10 @@ class StopReason(StrEnum):
     USER_ERROR = "user_error"  # the user simulator failed or broke the protocol
     MAX_STEPS = "max_steps"  # the conversation reached its message cap (simulated user)
     TOO_MANY_ERRORS = "too_many_errors"  # too many tool errors in one episode (simulated user)
+    # The real environment broke, not the agent (an MCP server: environments/mcp, docs/mcp.md).
+    ENV_EXITED = "env_exited"  # its process exited or closed the connection mid-episode
+    ENV_TIMEOUT = "env_timeout"  # a call got no answer within the environment's timeout
+    ENV_MALFORMED = "env_malformed"  # it answered with something that is not a valid result
 
 
 class MetaKey:

@@ -19,6 +19,7 @@ from envace_engine.cli import studio as _studio
 from envace_engine.cli import study as _study
 from envace_engine.cli import tasks as _tasks
 from envace_engine.cli import train as _train
+from envace_engine.cli import world as _world
 
 app = typer.Typer(
     name="envace",
@@ -30,6 +31,7 @@ app = typer.Typer(
 app.add_typer(_models.app, name="models")
 app.add_typer(_tasks.app, name="tasks")
 app.add_typer(_study.app, name="study")
+app.add_typer(_world.app, name="world")
 app.command("studio")(_studio.studio)
 app.command("rollout")(_rollout.rollout_command)
 app.add_typer(_data.runs_app, name="runs")

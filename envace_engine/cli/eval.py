@@ -46,7 +46,11 @@ ModelOpt = Annotated[
     list[str], typer.Option("--model", help="model name, checkpoint dir or sglang+http://HOST:PORT")
 ]
 SuiteOpt = Annotated[
-    str, typer.Option("--suite", help="task suite: toy, bfcl-gen, bfcl, tau2-airline, tau2-retail")
+    str,
+    typer.Option(
+        "--suite",
+        help="task suite: toy, bfcl-gen, bfcl, tau2-airline, tau2-retail, mcp:PATH/suite.toml",
+    ),
 ]
 SplitOpt = Annotated[
     str | None,

@@ -9,6 +9,9 @@
 several (``ScoringBasis``: bfcl ``official``|``strict``, τ² ``official``|``legacy``; None is the
 suite's default). ``reference_match`` is the execution-free ``reference`` reward. Suites are
 created once per (name, basis) and per process and cache their tasks. Task files: docs/tasks.md.
+
+``mcp:PATH`` names a suite file of tasks against a real MCP server (environments/mcp,
+docs/mcp.md): ``get_suite("mcp:envace_engine/environments/mcp/example/suite.toml")``.
 """
 
 from __future__ import annotations
@@ -77,14 +80,28 @@ _FACTORIES: dict[str, Callable[[str | None], Suite]] = {
 }
 
 
+# Suites named by a prefix and a path rather than listed: ``mcp:path/to/suite.toml``.
+MCP_PREFIX = "mcp:"
+
+
+def _mcp(name: str, basis: str | None) -> Suite:
+    from envace_engine.environments.mcp.suite import load_suite
+
+    _one_basis("mcp", basis)
+    return load_suite(name)
+
+
 def suite_names() -> list[str]:
-    """Names accepted by ``get_suite``."""
+    """Names accepted by ``get_suite`` (and any ``mcp:PATH``)."""
     return list(_FACTORIES)
 
 
 @cache
 def get_suite(name: str, basis: str | None = None) -> Suite:
     """The suite called ``name`` scoring by ``basis`` (one shared instance per process)."""
+    if name.startswith(MCP_PREFIX):
+        return _mcp(name, basis)
     if name not in _FACTORIES:
-        raise ValueError(f"unknown suite {name!r}; valid suites: {', '.join(_FACTORIES)}")
+        valid = ", ".join([*_FACTORIES, f"{MCP_PREFIX}PATH"])
+        raise ValueError(f"unknown suite {name!r}; valid suites: {valid}")
     return _FACTORIES[name](basis)

@@ -3,6 +3,11 @@
 An environment is built fresh from a task for every episode (``Suite.make_env``), so state never
 leaks between episodes and many environments can live side by side for a batch of rollouts.
 Tool code runs for real; any exception it raises becomes a ``ToolResult`` error the model sees.
+
+An environment that holds outside resources (an MCP server's process: environments/mcp) also
+has ``close()``, which the rollout calls when the episode ends (``close_env``), and raises
+``EnvironmentFault`` when the environment itself breaks: that is no answer to show the model,
+so the rollout ends the episode with the fault's stop reason instead.
 """
 
 from __future__ import annotations
@@ -11,11 +16,29 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from envace_engine.types import Episode, Task, ToolCall, ToolResult
+from envace_engine.types import Episode, StopReason, Task, ToolCall, ToolResult
 
 # An LLM judge of natural-language assertions: (conversation as "role: content" lines, the
 # assertions) -> whether each one is met, or None when the judge failed or answered off-format.
 NlJudge = Callable[[str, Sequence[str]], Sequence[bool] | None]
+
+
+class EnvironmentFault(RuntimeError):
+    """The environment broke, not the agent's call: its process exited, a call hung past the
+    timeout, or it answered off-protocol. ``stop`` is the stop reason the episode ends with;
+    the job goes on with its other episodes."""
+
+    def __init__(self, stop: StopReason, message: str) -> None:
+        super().__init__(message)
+        self.stop = stop
+
+
+def close_env(env: object) -> None:
+    """Release an environment's resources if it has any (``close()`` is optional: the
+    in-process suites hold nothing to release). Safe to call more than once."""
+    close = getattr(env, "close", None)
+    if callable(close):
+        close()
 
 
 @runtime_checkable

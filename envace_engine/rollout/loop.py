@@ -17,6 +17,11 @@ to earlier ones), and the results of one reply are appended together after the l
 ``rehearsal`` mode a **shadow** environment (``shadow_real``) runs the same calls so that each
 ``CallRecord`` holds the rehearsed and the real answer; the agent only ever sees the rehearsed
 one. Rewards are not computed here: ``score_inputs`` gives ``Suite.score`` what it needs.
+
+An environment that breaks (``EnvironmentFault``: an MCP server that exited, hung or answered
+off-protocol) ends its episode with the fault's stop reason; the batch goes on. Every episode's
+environment is closed (``close_env``) when the episode ends, and all of them when the batch
+ends or raises, so no server process outlives its rollout.
 """
 
 from __future__ import annotations
@@ -27,7 +32,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envace_engine.config import ROLLOUT_DEFAULTS as _D
-from envace_engine.environments.base import Environment, ScoringBasis, Suite
+from envace_engine.environments.base import (
+    Environment,
+    EnvironmentFault,
+    ScoringBasis,
+    Suite,
+    close_env,
+)
 from envace_engine.environments.tool_environment import check_call, parameter_schemas
 from envace_engine.rollout.parsing import INVALID_CALL_CODES, parse_rehearsal, parse_tool_calls
 from envace_engine.rollout.prompts import (
@@ -54,6 +65,7 @@ from envace_engine.types import (
     StopReason,
     Task,
     ToolCall,
+    ToolError,
     ToolResult,
 )
 
@@ -159,9 +171,10 @@ class _Live:
     deferred_role: Role | None = None
 
     def end(self, reason: StopReason, detail: str = "") -> None:
-        """Stop the episode (only the first reason counts)."""
+        """Stop the episode (only the first reason counts) and release its environment."""
         if self.stop is None:
             self.stop, self.detail = reason, detail
+        close_env(self.env)
 
     @property
     def waiting_act(self) -> bool:
@@ -204,6 +217,21 @@ class _Runner(TurnMixin):
         examples = pick_examples(task, pool, cfg.n_examples)
         needs_env = cfg.mode is Mode.REAL or cfg.shadow_real
         env = self.suite.make_env(task) if needs_env else None
+        try:
+            return self._open(task, ep_id, group_id, examples, env)
+        except BaseException:
+            close_env(env)  # the episode never started: nothing else would close it
+            raise
+
+    def _open(
+        self,
+        task: Task,
+        ep_id: str,
+        group_id: str,
+        examples: tuple[Task, ...],
+        env: Environment | None,
+    ) -> _Live:
+        cfg = self.config
         tools = self._first_tools(task, env)
         ctx = RehearseContext(
             tools=tuple(tools),
@@ -372,11 +400,26 @@ class _Runner(TurnMixin):
         finish = "stop" if ids and ids[-1] == self.chat.eos_id else "length"
         self.on_act(live, Generation(ids, reply.logprobs, finish))
 
+    def _real(self, live: _Live, call: ToolCall) -> ToolResult | None:
+        """The real environment's answer to ``call`` (None without one). A broken environment
+        ends the episode; the fault, as an error result, is recorded with the call (the agent
+        never reads it: the episode is over)."""
+        if live.env is None:
+            return None
+        try:
+            return live.env.execute(call)
+        except EnvironmentFault as fault:
+            live.end(fault.stop, str(fault))
+            return ToolResult(error=ToolError(fault.stop.value.upper(), str(fault), call.raw))
+
     def _execute_all(self, live: _Live) -> None:
         assert live.env is not None
         for call in live.pending:
-            result = live.env.execute(call)
+            result = self._real(live, call)
+            assert result is not None
             live.calls.append(CallRecord(live.turn, live.step, call, "real", real=result))
+            if live.stop is not None:  # the environment broke: there is nothing to commit
+                return
             live.answered.append((call, result))
         self._commit(live, Role.REAL)
 
@@ -384,6 +427,8 @@ class _Runner(TurnMixin):
         assert live.reply is not None
         if self.config.check_calls:
             self._answer_refused(live)
+            if live.stop is not None:  # the shadow environment broke
+                return
             if len(live.answered) == len(live.pending):
                 self._commit(live, Role.TOOL)
                 return
@@ -409,10 +454,12 @@ class _Runner(TurnMixin):
             if refused is None:
                 return
             checked = ToolResult(error=refused)
-            real = live.env.execute(call) if live.env is not None else None
+            real = self._real(live, call)
             live.calls.append(
                 CallRecord(live.turn, live.step, call, "checked", real=real, checked=checked)
             )
+            if live.stop is not None:
+                return
             live.answered.append((call, checked))
 
     def on_world(self, live: _Live, gen: Generation) -> None:
@@ -432,10 +479,12 @@ class _Runner(TurnMixin):
             )
             live.sampled += len(gen.token_ids)
         parsed = parse_rehearsal(text)
-        real = live.env.execute(call) if live.env is not None else None
+        real = self._real(live, call)
         shown = "rehearsed" if rehearsing else "simulated"
         answer = {shown: parsed.result}  # the CallRecord field named like what the agent saw
         live.calls.append(CallRecord(live.turn, live.step, call, shown, real=real, **answer))
+        if live.stop is not None:  # the shadow environment broke
+            return
         if parsed.result is None:
             assert parsed.error is not None
             who = "rehearsal" if rehearsing else "simulator"
@@ -544,18 +593,22 @@ def rollout(
         example_pool = suite.tasks("train") if config.n_examples > 0 else []
     prefix = run_id or uuid.uuid4().hex[:8]
     runner = _Runner(sampler, tokenizer, config, suite)
-    lives = [
-        runner.start(task, f"{prefix}-{i}-{k}", f"{prefix}-{i}", example_pool)
-        for i, task in enumerate(tasks)
-        for k in range(group_size)
-    ]
-    if first_replies is not None:
-        if len(first_replies) != len(lives):
-            raise ValueError(f"{len(first_replies)} first replies for {len(lives)} episodes")
-        for live, replay in zip(lives, first_replies, strict=True):
-            if replay is not None:
-                runner.replay(live, replay)
-    runner.run(lives, progress)
+    lives: list[_Live] = []
+    try:
+        for i, task in enumerate(tasks):
+            for k in range(group_size):
+                lives.append(runner.start(task, f"{prefix}-{i}-{k}", f"{prefix}-{i}", example_pool))
+        if first_replies is not None:
+            if len(first_replies) != len(lives):
+                raise ValueError(f"{len(first_replies)} first replies for {len(lives)} episodes")
+            for live, replay in zip(lives, first_replies, strict=True):
+                if replay is not None:
+                    runner.replay(live, replay)
+        runner.run(lives, progress)
+    finally:
+        # Episodes still running when something raised, or that ended without ``end``.
+        for live in lives:
+            close_env(live.env)
     # The basis the suite scores by goes with every episode (docs/tasks.md, "Scoring bases").
     extra = {MetaKey.SCORE_BASIS: suite.basis} if isinstance(suite, ScoringBasis) else {}
     return [_episode(live, config.mode, extra) for live in lives]

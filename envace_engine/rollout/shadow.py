@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from envace_engine.environments.base import Suite
-from envace_engine.types import Episode, Task
+from envace_engine.environments.base import Environment, EnvironmentFault, Suite, close_env
+from envace_engine.types import CallRecord, Episode, Task, ToolError, ToolResult
 
 
 def replay_shadow(episode: Episode, task: Task, suite: Suite) -> Episode:
@@ -28,12 +28,26 @@ def replay_shadow(episode: Episode, task: Task, suite: Suite) -> Episode:
     if episode.task_id != task.id:
         raise ValueError(f"episode {episode.id} is of task {episode.task_id}, not {task.id}")
     env = suite.make_env(task)
+    try:
+        return replace(episode, calls=_replay(episode, env))
+    finally:
+        close_env(env)
+
+
+def _replay(episode: Episode, env: Environment) -> tuple[CallRecord, ...]:
     turn = 0
     env.start_turn(turn)
     calls = []
-    for record in episode.calls:
+    for i, record in enumerate(episode.calls):
         while turn < record.turn:
             turn += 1
             env.start_turn(turn)
-        calls.append(replace(record, real=env.execute(record.call)))
-    return replace(episode, calls=tuple(calls))
+        try:
+            real = env.execute(record.call)
+        except EnvironmentFault as fault:
+            # As in a live shadow: the broken call records the fault; later calls get nothing.
+            error = ToolError(fault.stop.value.upper(), str(fault), record.call.raw)
+            calls.append(replace(record, real=ToolResult(error=error)))
+            return (*calls, *(replace(r, real=None) for r in episode.calls[i + 1 :]))
+        calls.append(replace(record, real=real))
+    return tuple(calls)

@@ -21,7 +21,7 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-from envace_engine.environments.base import Suite
+from envace_engine.environments.base import Suite, close_env
 from envace_engine.rollout.parsing import INVALID_CALL_CODES, result_to_json
 from envace_engine.rollout.prompts import (
     ChatSample,
@@ -118,7 +118,11 @@ def _sample(
     variant = invalid_variant(ref.call, ctx.tools, rng)
     if variant is None:
         return None
-    result = suite.make_env(ctx.task).execute(variant)
+    env = suite.make_env(ctx.task)
+    try:
+        result = env.execute(variant)
+    finally:
+        close_env(env)  # an environment may hold a server process (environments/mcp)
     if result.error is None or result.error.code not in INVALID_CALL_CODES:
         return None  # the schema accepts it after all (a loose schema): nothing to teach
     prompt = rehearse_messages(ctx, ref.history, assistant_text([variant]), variant)

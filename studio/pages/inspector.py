@@ -28,6 +28,7 @@ from urllib.parse import quote
 import gradio as gr
 import pandas as pd
 
+from envace_engine.types import StopReason
 from storage.search import ROLES as SEARCH_ROLES
 from studio.context import Studio
 from studio.lazy import PageLoads
@@ -52,18 +53,8 @@ TOKEN_COLOURS = {
     "not trained": "#d0d0d0",
 }
 TOKEN_LIMIT = 6000  # tokens drawn in the token view: a long episode would stall the browser
-STOP_REASONS = [
-    "",
-    "done",
-    "malformed_call",
-    "invalid_rehearsal",
-    "unparseable_rehearsal",
-    "context_limit",
-    "turn_limit",
-    "token_limit",
-    "truncated",
-    "sampler_error",
-]
+# the filter offers every reason the engine can end an episode with ("": any)
+STOP_REASONS = ["", *(reason.value for reason in StopReason)]
 SEARCH_COLUMNS = ["episode_id", "step", "task_id", "reward", "stop_reason", "role", "snippet"]
 SEARCH_LIMIT = 100
 
