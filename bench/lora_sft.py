@@ -17,7 +17,12 @@ Rule: the LoRA unit with the highest held-out exact tool-call rate
 Real success (64 validation tasks × 2 episodes, ``envace eval``) is then measured for that
 unit and for ``full``. Every unit is reported, whichever is picked.
 
-    python bench/lora_sft.py --unit full [--record]
+    python bench/lora_sft.py --unit full [--keep DIR] [--record]
+    python bench/lora_sft.py --unit full --keep DIR --real-success [--record]
+
+``--real-success`` evaluates the unit kept under ``--keep DIR`` (run first with ``--keep``) in
+the real environment: 64 validation tasks × 2 episodes, plain execution (no rehearsal), seed 0,
+the checkpoint's own prompt settings; one JSON object with the success rate and wall time.
 """
 
 from __future__ import annotations
@@ -81,14 +86,48 @@ def run_unit(unit: str, root: Path) -> dict[str, object]:
     }
 
 
+EVAL_TASKS, EVAL_REPEATS = 64, 2
+
+
+def real_success(unit: str, root: Path) -> dict[str, object]:
+    """``envace eval`` of the unit kept under ``root``: success over 64 tasks × 2 episodes."""
+    model = root / "runs" / f"lora-sft-{unit}" / "model"
+    if not model.is_dir():
+        raise SystemExit(f"no kept model at {model}: run --unit {unit} --keep {root} first")
+    run_dir = root / "runs" / f"lora-sft-{unit}-eval"
+    argv = [sys.executable, "-m", "envace_engine.cli", "eval", "--model", str(model)]
+    argv += ["--suite", "toy", "--split", "validation", "--n-tasks", str(EVAL_TASKS)]
+    argv += ["--repeats", str(EVAL_REPEATS), "--seed", "0", "--run-dir", str(run_dir)]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    start = time.perf_counter()
+    out = subprocess.run(argv, cwd=REPO, env=env, check=True, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    metrics = json.loads(out.stdout.strip().splitlines()[-1])  # the command's last line
+    return {
+        "unit": unit,
+        "real_success_tasks": EVAL_TASKS,
+        "real_success_repeats": EVAL_REPEATS,
+        "eval_wall_s": round(wall, 1),
+        "cpu_bf16": cpu_bf16() or "none (fp32)",
+        **{k: v for k, v in metrics.items() if k.startswith("eval/")},
+    }
+
+
 def main() -> None:
     """Run ``--unit`` and print its JSON line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--unit", choices=sorted(UNITS), required=True)
     parser.add_argument("--keep", type=Path, help="keep the run under this folder")
+    parser.add_argument(
+        "--real-success", action="store_true", help="evaluate the unit kept under --keep"
+    )
     add_record_flag(parser)
     args = parser.parse_args()
-    if args.keep is not None:
+    if args.real_success:
+        if args.keep is None:
+            raise SystemExit("--real-success evaluates a kept unit: give --keep DIR")
+        result = real_success(args.unit, args.keep)
+    elif args.keep is not None:
         result = run_unit(args.unit, args.keep)
     else:
         with tempfile.TemporaryDirectory() as root:
