@@ -19,6 +19,8 @@ unit and for ``full``. Every unit is reported, whichever is picked.
 
     python bench/lora_sft.py --unit full [--keep DIR] [--record]
     python bench/lora_sft.py --unit full --keep DIR --real-success [--record]
+    python bench/lora_sft.py --unit r16-lr1e-3 --keep DIR --real-success \
+        --model bench/results/lora_sft/r16-lr1e-3 [--record]    # the committed adapter
 
 ``--real-success`` evaluates the unit kept under ``--keep DIR`` (run first with ``--keep``) in
 the real environment: 64 validation tasks × 2 episodes, plain execution (no rehearsal), seed 0,
@@ -89,9 +91,10 @@ def run_unit(unit: str, root: Path) -> dict[str, object]:
 EVAL_TASKS, EVAL_REPEATS = 64, 2
 
 
-def real_success(unit: str, root: Path) -> dict[str, object]:
-    """``envace eval`` of the unit kept under ``root``: success over 64 tasks × 2 episodes."""
-    model = root / "runs" / f"lora-sft-{unit}" / "model"
+def real_success(unit: str, root: Path, model: Path | None = None) -> dict[str, object]:
+    """``envace eval`` of the unit kept under ``root`` (or of ``model``, e.g. a committed
+    adapter of that unit): success over 64 tasks × 2 episodes, the run written under ``root``."""
+    model = model or root / "runs" / f"lora-sft-{unit}" / "model"
     if not model.is_dir():
         raise SystemExit(f"no kept model at {model}: run --unit {unit} --keep {root} first")
     run_dir = root / "runs" / f"lora-sft-{unit}-eval"
@@ -121,12 +124,15 @@ def main() -> None:
     parser.add_argument(
         "--real-success", action="store_true", help="evaluate the unit kept under --keep"
     )
+    parser.add_argument(
+        "--model", type=Path, help="with --real-success: this saved model or adapter instead"
+    )
     add_record_flag(parser)
     args = parser.parse_args()
     if args.real_success:
         if args.keep is None:
             raise SystemExit("--real-success evaluates a kept unit: give --keep DIR")
-        result = real_success(args.unit, args.keep)
+        result = real_success(args.unit, args.keep, args.model)
     elif args.keep is not None:
         result = run_unit(args.unit, args.keep)
     else:
