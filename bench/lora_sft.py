@@ -20,7 +20,7 @@ unit and for ``full``. Every unit is reported, whichever is picked.
     python bench/lora_sft.py --unit full [--keep DIR] [--record]
     python bench/lora_sft.py --unit full --keep DIR --real-success [--record]
     python bench/lora_sft.py --unit r16-lr1e-3 --keep DIR --real-success \
-        --model bench/results/lora_sft/r16-lr1e-3 [--record]    # the committed adapter
+        --model ADAPTER_DIR [--record]    # a saved copy of that unit's adapter
 
 ``--real-success`` evaluates the unit kept under ``--keep DIR`` (run first with ``--keep``) in
 the real environment: 64 validation tasks × 2 episodes, plain execution (no rehearsal), seed 0,

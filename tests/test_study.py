@@ -136,7 +136,7 @@ def _lanes_killed_and_resumed(home: Path, sft: str, expected: dict) -> None:
     proc = _study(home, "--config", str(TINY), "--set", sft, "--set", "lanes=2")
     state = home / "runs" / "study-tiny" / "study.json"
     _wait_for_a_step(state)
-    claims = json.loads(state.read_text())["claims"]
+    claims = _wait_for_claims(state, 2)
     assert len(claims) == 2, claims  # two lanes at work
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
@@ -160,6 +160,17 @@ def _wait_for_a_step(state: Path) -> None:
     while time.time() < deadline:
         if state.is_file() and json.loads(state.read_text())["arms"]["envace"]["steps_done"] >= 1:
             return
+        time.sleep(0.2)
+
+
+def _wait_for_claims(state: Path, n: int) -> dict:
+    """The units claimed in ``state`` once ``n`` lanes hold one, for up to 5 min: on a loaded
+    machine the second lane may claim its unit after the first arm's first step."""
+    deadline = time.time() + 300
+    while True:
+        claims = json.loads(state.read_text())["claims"]
+        if len(claims) >= n or time.time() > deadline:
+            return claims
         time.sleep(0.2)
 
 
