@@ -110,6 +110,11 @@ decode session per rollout, and a cache evicting only when a session ends grew t
 # experiment trackers a run can also log its metrics to (``envace_engine.tracking``)
 ReportTo = Literal["none", "trackio", "wandb"]
 
+TRACE_EPISODES = 2
+"""Episodes per step a tracker also gets as traces: ``TrainConfig.trace_episodes``, and what
+``envace eval``, ``sweep`` and ``study`` runs reporting to a tracker log (a few conversations
+to read beside the curves, not a copy of the run)."""
+
 # The prompt settings a checkpoint was trained with (docs/training.md, "Prompt settings"): the
 # rollout must render prompts exactly as training did, so ``envace eval``, ``sweep``, ``train``
 # and ``study`` take these from a checkpoint unless told otherwise.
@@ -324,6 +329,12 @@ class TrainConfig(Section):
         "(a CPU with AMX-BF16 / AVX512-BF16, a GPU); fp32 elsewhere, with a warning",
     )
     report_to: ReportTo = Field("none", description="also log metrics to trackio or wandb")
+    trace_episodes: int = Field(
+        TRACE_EPISODES,
+        ge=0,
+        description="episodes per step report_to also gets as traces, spread over the step's "
+        "tasks (each tool call with its rehearsed and its real answer); 0 = none",
+    )
     share_prefix: bool = Field(
         True,
         description="run a micro-batch's common prompt prefix through the model once (same "

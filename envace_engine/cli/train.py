@@ -17,7 +17,15 @@ from typing import Annotated, Any
 
 import typer
 
-from envace_engine.config import ConfigError, SFTConfig, TrainConfig, build, data_root, load
+from envace_engine.config import (
+    TRACE_EPISODES,
+    ConfigError,
+    SFTConfig,
+    TrainConfig,
+    build,
+    data_root,
+    load,
+)
 from envace_engine.samplers.base import TokenCounting
 from envace_engine.sink import Sink
 from envace_engine.types import Episode
@@ -93,16 +101,23 @@ class ProgressSink:
 
 
 @contextmanager
-def tracked(sink: Sink, report_to: str, name: str, config: Mapping[str, Any]) -> Iterator[Sink]:
-    """``sink``, also logging its metrics to ``report_to`` (trackio, wandb) while open."""
-    from envace_engine.tracking import TrackingSink, open_tracker
+def tracked(
+    sink: Sink,
+    report_to: str,
+    name: str,
+    config: Mapping[str, Any],
+    trace_episodes: int = TRACE_EPISODES,
+) -> Iterator[Sink]:
+    """``sink``, also logging its metrics, and ``trace_episodes`` episodes per step as traces,
+    to ``report_to`` (trackio, wandb) while open."""
+    from envace_engine.tracking import PROJECT, TrackingSink, open_tracker
 
-    tracker = open_tracker(report_to, project="envace", name=name, config=config)
+    tracker = open_tracker(report_to, project=PROJECT, name=name, config=config)
     if tracker is None:
         yield sink
         return
     try:
-        yield TrackingSink(sink, tracker)
+        yield TrackingSink(sink, tracker, trace_episodes)
     finally:
         tracker.finish()
 
@@ -166,7 +181,8 @@ def train(config: ConfigOpt = None, resume: ResumeOpt = None, overrides: SetOpt 
     try:
         if writer is not None and sink is not None:
             settings = cfg.model_dump(mode="json")
-            with writer, tracked(sink, cfg.report_to, writer.run_id, settings) as inner:
+            traces = cfg.trace_episodes
+            with writer, tracked(sink, cfg.report_to, writer.run_id, settings, traces) as inner:
                 done = run_train(cfg, run_dir, inner, resume=resume is not None)
         else:
             done = run_train(cfg, run_dir, None, resume=resume is not None)

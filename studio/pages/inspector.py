@@ -19,7 +19,6 @@ import functools
 import html
 import json
 import math
-import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from urllib.parse import quote
 import gradio as gr
 import pandas as pd
 
+from envace_engine.chat_text import clean_text
 from envace_engine.types import StopReason
 from storage.search import ROLES as SEARCH_ROLES
 from studio.context import Studio
@@ -58,18 +58,9 @@ STOP_REASONS = ["", *(reason.value for reason in StopReason)]
 SEARCH_COLUMNS = ["episode_id", "step", "task_id", "reward", "stop_reason", "role", "snippet"]
 SEARCH_LIMIT = 100
 
+
 # What a chat template adds around a turn (ChatML and Llama 3 headers, end-of-turn and other
 # special tokens, call tags): the bubbles show the words, the token view the tokens.
-TEMPLATE_TOKENS = re.compile(
-    r"<\|im_start\|>[a-z_]*\n?"
-    r"|<\|start_header_id\|>[^<]*<\|end_header_id\|>\n*"
-    r"|<\|[a-z_]+\|>"
-    r"|</?(?:tool_call|tool_response|function_call|tools)>"
-    r"|</?s>"
-)
-CALL_BLOCKS = re.compile(r"<(tool_call|function_call)>.*?(?:</\1>|$)", re.S)
-
-
 def _present(value: Any) -> bool:
     return value is not None and not (isinstance(value, float) and math.isnan(value))
 
@@ -82,15 +73,6 @@ def _pretty(text: str | None) -> str:
         return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
     except ValueError:
         return str(text)
-
-
-def clean_text(text: str | None, drop_calls: bool = False) -> str:
-    """``text`` as a chat bubble shows it: without chat-template tokens; ``drop_calls`` also
-    removes whole call blocks (the call's own block shows it parsed and labelled)."""
-    out = str(text or "")
-    if drop_calls:
-        out = CALL_BLOCKS.sub("", out)
-    return TEMPLATE_TOKENS.sub("", out).strip()
 
 
 # -- addresses: (run, episode[, call]) -----------------------------------------------------------

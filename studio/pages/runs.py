@@ -11,6 +11,7 @@ from typing import cast
 import gradio as gr
 import pandas as pd
 
+from envace_engine.tracking import tracker_note
 from studio import charts, forms
 from studio.auth import AuthError
 from studio.context import Studio
@@ -178,6 +179,17 @@ def progress_text(ctx: Studio, run_id: str | None) -> str:
     return f"**{run_id}** — {view.label} (elapsed {format_duration(elapsed)})"
 
 
+def tracker_text(ctx: Studio, run_id: str | None) -> str:
+    """Where the selected run's tracker copy is, from its stored config (empty without one)."""
+    if not run_id:
+        return ""
+    try:
+        config = ctx.store.run(run_id).manifest.config
+    except (KeyError, ValueError):
+        return ""
+    return tracker_note(config, run_id)
+
+
 # Rates in [0, 1] only: counts such as fidelity/pairs would flatten the scale.
 REWARD_CURVES = ("reward/act", "reward/rehearse", "success/real")
 FIDELITY_CURVES = (
@@ -198,7 +210,7 @@ CURVE_CHARTS = (
 )
 CURVE_WIDTH = 440  # with its axis and legend, half of a 1200-pixel page
 COLLUSION_WIDTH = 900  # a row of its own: four rates, the gap and a long legend
-ENDED = frozenset({"done", "failed", "cancelled", "lost"})
+ENDED = frozenset({"done", "failed", "cancelled", "lost", "paused"})
 TRAINS_NOTHING = "it trains nothing, so it logs no {chart} per step"
 # Why a finished run has no curves for a chart, by (chart, run kind or training mode).
 WHY_EMPTY = {
@@ -394,6 +406,7 @@ def build(ctx: Studio, user: gr.State, tab: gr.Tab, loads: PageLoads) -> None:
         stop = gr.Button("Cancel", variant="stop", scale=1, elem_id="cancel-button")
         again = gr.Button("Resume", scale=1, elem_id="resume-button")
     progress = gr.Markdown(progress_text(ctx, None), elem_id="run-progress")
+    tracker = gr.Markdown(elem_id="run-tracker")
     # Two charts per row, each at least as wide as its chart (a narrower page wraps them one per
     # row rather than clipping axes and legends); the chart's own title names it, so the
     # component's label badge, which would sit over that title, is hidden.
@@ -440,6 +453,7 @@ def build(ctx: Studio, user: gr.State, tab: gr.Tab, loads: PageLoads) -> None:
             jobs_table(ctx),
             progress_text(ctx, run_id),
             *curve_charts(ctx, run_id),
+            tracker_text(ctx, run_id),
         )
 
     drawn = gr.State(None)  # the run whose curves are on screen
@@ -449,11 +463,12 @@ def build(ctx: Studio, user: gr.State, tab: gr.Tab, loads: PageLoads) -> None:
         # dropdown's initial value fires no change event): no flicker, no wasted queries.
         fresh = is_active(ctx, run_id) or shown != run_id
         charts_now = curve_charts(ctx, run_id) if fresh else (gr.update(),) * 5
+        note = tracker_text(ctx, run_id) if fresh else gr.update()
         tables = (runs_table(ctx), jobs_table(ctx), progress_text(ctx, run_id))
-        return (*tables, *charts_now, run_id)
+        return (*tables, *charts_now, note, run_id)
 
     plots = [reward_plot, fidelity_plot, loss_plot, gap_plot, collusion_plot]
-    outputs = [runs, jobs, progress, *plots]
+    outputs = [runs, jobs, progress, *plots, tracker]
     timer.tick(tick, [pick, drawn], [*outputs, drawn], show_progress="hidden")
     pick.change(refresh, [pick], outputs, show_progress="hidden")
     stop.click(lambda u, r: cancel(ctx, u, r), [user, pick], [launched])
