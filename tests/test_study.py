@@ -18,6 +18,7 @@ from envace_engine.study.config import ARMS, StudyConfig
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "configs" / "study-tiny.toml"
 CORE_TINY = ROOT / "configs" / "study-core-tiny.toml"
+CORE = ROOT / "configs" / "study-core.toml"
 TINY_ARMS = tuple(load(StudyConfig, TINY).arms)
 # timings (and the report's costs, made of them) differ between two runs; nothing else may
 VOLATILE = ("wall_s", "seconds", "perf/", "costs")
@@ -231,3 +232,22 @@ def test_the_core_protocols_tiny_profile_runs_every_unit_and_judges_the_world_cl
     assert all("collusion" in w for w in report["world"])
     text = (tmp_path / "runs" / "study-core-tiny" / "report.md").read_text()
     assert "| echo | error recall | errors as success | answer from a wrong rehearsal |" in text
+
+
+def test_the_core_protocol_continues_its_committed_sft_adapter_as_lora():
+    """configs/study-core.toml starts from the SFT adapter committed in the repository (not a
+    run folder a later session would not have), trained on the world-state prompts, and every
+    arm continues it as a LoRA adapter of the same rank, so each finished unit is small enough
+    to commit and a later session continues from the committed study folder."""
+    from envace_engine import adapters
+    from envace_engine.config import PROMPT_FILE
+
+    cfg = load(StudyConfig, CORE)
+    sft = ROOT / cfg.model
+    assert adapters.is_adapter_dir(sft), f"{sft}: commit the SFT adapter (docs/study.md)"
+    assert adapters.recorded_base(sft) == cfg.base_model
+    assert adapters.adapter_config(sft)["r"] == cfg.train.lora.rank
+    assert json.loads((sft / PROMPT_FILE).read_text())["world_state"] is True
+    assert sum(f.stat().st_size for f in sft.iterdir()) < 25 * 2**20
+    for arm in cfg.arms:
+        assert cfg.arm_config(arm, f"r-{arm}").lora.enabled, arm
