@@ -56,7 +56,7 @@ class RunProgress(BaseModel):
 
     done: int = 0
     total: int = 0
-    status: str = ""  # running | done | failed | cancelled
+    status: str = ""  # running | done | failed | cancelled | paused (a study to --resume)
     message: str = ""
     started_at: float | None = None
     updated_at: float | None = None

@@ -126,8 +126,8 @@ def _publish(shards: list[tuple[Path, Path]]) -> None:
 class RunWriter:
     """Appends one run's data as Parquet shards. Use ``RunWriter.create`` for a new run.
 
-    As a context manager it marks the run ``done`` on a clean exit and ``failed`` (with the
-    exception's message) when the block raises.
+    As a context manager it marks the run ``done`` on a clean exit (unless ``finish`` recorded
+    another status) and ``failed`` (with the exception's message) when the block raises.
     """
 
     def __init__(self, path: Path | str, manifest: RunManifest | None = None) -> None:
@@ -148,6 +148,7 @@ class RunWriter:
             write_json(self.path / MANIFEST, manifest.model_dump())
             self.manifest = manifest
         remove_stale_temporaries(self.path)
+        self._ended = False  # finish() ran: leaving the block keeps the status it recorded
         previous = read_progress(self.path)
         self._started_at = previous.started_at or time.time()
         self._similarity = SimilarityHelper()  # pairs' text similarity on another core
@@ -243,8 +244,9 @@ class RunWriter:
         write_json(self.path / PROGRESS, report.model_dump(), durable=False)
 
     def finish(self, status: str = "done", message: str = "") -> None:
-        """Record the final status (done, failed or cancelled), keeping the last counts; stops
-        the similarity helper process, if one was started."""
+        """Record the final status (done, failed, cancelled or paused), keeping the last counts;
+        stops the similarity helper process, if one was started."""
+        self._ended = True
         self._similarity.close()
         last = read_progress(self.path)
         self.progress(last.done, last.total, message or last.message, status=status)
@@ -266,7 +268,8 @@ class RunWriter:
         tb: TracebackType | None,
     ) -> None:
         if exc is None:
-            self.finish("done")
+            if not self._ended:
+                self.finish("done")
         elif isinstance(exc, KeyboardInterrupt):
             self.finish("cancelled", "interrupted")
         else:

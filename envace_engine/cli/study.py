@@ -58,6 +58,16 @@ OneProcessOpt = Annotated[
 ]
 
 
+UnitsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--units",
+        min=1,
+        help="stop after this many units that do work (an arm's training, a checkpoint's "
+        "evaluation), the study left paused: --resume continues it, here or in another clone "
+        "from its committed folder (LoRA arms: docs/study.md)",
+    ),
+]
 LaneOpt = Annotated[
     bool,
     typer.Option("--lane", hidden=True, help="run as one lane of a study (study.lanes)"),
@@ -148,6 +158,7 @@ def study(
     overrides: SetOpt = None,
     redo: RedoOpt = None,
     one_process: OneProcessOpt = False,
+    units: UnitsOpt = None,
     lane: LaneOpt = False,
 ) -> None:
     """Run (or --resume) the study of a config; see `envace study report` for its report."""
@@ -164,6 +175,12 @@ def study(
     if lane:
         _lane(cfg, folder)
         return
+    if units is not None and cfg.lanes > 1 and not one_process:
+        raise typer.BadParameter(
+            f"--units {units} with lanes = {cfg.lanes}: lanes run units side by side; use "
+            "--set lanes=1 or --one-process to stop after a number of units",
+            param_hint="--units",
+        )
     if redo and folder is None:
         raise typer.BadParameter("--redo ARM continues a study: pass --resume RUN with it")
     if redo and folder is not None:  # before the study's writer opens: a bad name marks nothing
@@ -198,9 +215,13 @@ def study(
         if cfg.lanes > 1 and not one_process:
             _supervise(cfg, writer, sinks, log)
         else:
-            state = run_study(cfg, writer.path, sinks, log, units=None if one_process else 1)
-            if state.status != "done":
-                _continue_fresh(writer)
+            state = run_study(cfg, writer.path, sinks, log, units=units if one_process else 1)
+            if state.status != "done":  # stopped by units (one_process: only --units does)
+                left = None if units is None else 0 if one_process else units - 1
+                if left == 0:
+                    _pause(writer, units)
+                    return
+                _continue_fresh(writer, left)
     typer.echo(f"study {writer.run_id}: report in {writer.path}/report.md")
 
 
@@ -238,14 +259,23 @@ def _lane(cfg: Any, folder: Path | None) -> None:
     lane_main(cfg, folder, sinks, log, fresh)
 
 
-def _continue_fresh(writer: Any) -> NoReturn:
-    """Replace this process's image with ``envace study --resume <folder>`` (module doc)."""
+def _pause(writer: Any, units: int | None) -> None:
+    """``--units`` is used up: record the study as ``paused`` and say how it goes on."""
+    message = f"paused after --units {units}: envace study --resume {writer.path} goes on"
+    typer.echo(f"study {writer.run_id}: {message}")
+    writer.finish("paused", message)
+
+
+def _continue_fresh(writer: Any, units: int | None) -> NoReturn:
+    """Replace this process's image with ``envace study --resume <folder>`` (module doc), to
+    run ``units`` more units (all that are left when ``None``)."""
     message = "next unit in a fresh process"
     typer.echo(f"study {writer.run_id}: {message}")
     writer.hand_over(message)
     sys.stdout.flush()
     sys.stderr.flush()
     argv = [sys.executable, "-m", "envace_engine.cli", "study", "--resume", str(writer.path)]
+    argv += [] if units is None else ["--units", str(units)]
     os.execv(sys.executable, argv)
 
 
