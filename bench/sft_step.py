@@ -83,12 +83,12 @@ def _ours(batch: int, steps: int, warmup: int, pack: bool = False) -> dict:
 
     from envace_engine.models import load_model, load_tokenizer, resolve
     from envace_engine.rollout.tokens import ChatTokenizer
-    from envace_engine.training.sft import (
+    from envace_engine.training.sft import sft_loss
+    from envace_engine.training.sft.data import (
         all_samples,
         bucketed_batches,
         chain_batch,
         chains,
-        sft_loss,
         tokenize,
     )
 

@@ -463,7 +463,7 @@ class SFTConfig(Section):
         le=1,
         description="share of reference calls that also get an invalid variant (an argument "
         "the schema lacks, a required one dropped, a wrong type) whose rehearse target is the "
-        "real environment's error (training.sft_invalid); 0 = reference calls only",
+        "real environment's error (training.sft.invalid); 0 = reference calls only",
     )
     max_steps: int = Field(100, ge=1)
     batch_size: int = Field(8, ge=1, description="sequences per step (see pack_turns)")

@@ -129,7 +129,7 @@ def test_run_sft_saves_a_loadable_checkpoint(tmp_path: Path) -> None:
 
 def test_heldout_summary_gives_exact_tool_calls_per_template() -> None:
     from envace_engine.training.sft import Example
-    from envace_engine.training.sft_eval import summarize, task_templates
+    from envace_engine.training.sft.evaluate import summarize, task_templates
 
     def example(source: str, target: str) -> Example:
         return Example("act", (1,), (2, 3), target, source=source)

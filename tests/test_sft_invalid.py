@@ -1,4 +1,4 @@
-"""SFT examples in which the world role rules a call invalid (``training.sft_invalid``): variants
+"""SFT examples in which the world role rules a call invalid (``training.sft.invalid``): variants
 by hand, targets from the real toy environment, prompts exactly the rollout's."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from envace_engine.rollout.parsing import parse_tool_calls
 from envace_engine.rollout.prompts import ChatSample, RehearseContext
 from envace_engine.samplers.base import Generation, SamplingParams
 from envace_engine.training.sft import all_samples, sft_tasks
-from envace_engine.training.sft_eval import kind_of
-from envace_engine.training.sft_invalid import invalid_samples, invalid_variant
+from envace_engine.training.sft.evaluate import kind_of
+from envace_engine.training.sft.invalid import invalid_samples, invalid_variant
 from envace_engine.types import StopReason, ToolCall
 
 BANK = [

@@ -11,16 +11,16 @@ import torch
 from envace_engine.config import SFTConfig, build
 from envace_engine.environments import get_suite
 from envace_engine.rollout.tokens import ChatTokenizer
-from envace_engine.training.sft import (
+from envace_engine.training.sft import sft_loss
+from envace_engine.training.sft.data import (
     all_samples,
     as_rows,
     bucketed_batches,
     chain_batch,
     chains,
-    sft_loss,
     tokenize,
 )
-from envace_engine.training.sft_eval import greedy_matches
+from envace_engine.training.sft.evaluate import greedy_matches
 
 
 def _examples(tokenizer, n_tasks: int = 6, world: str = "bank") -> list:
@@ -109,7 +109,7 @@ def test_heldout_examples_do_not_depend_on_the_runs_seed() -> None:
     tasks) — as it still does for the training examples."""
     from envace_engine.config import SFTConfig
     from envace_engine.rollout.memory_prompts import MEMORY_HEADER
-    from envace_engine.training.sft_eval import heldout_samples
+    from envace_engine.training.sft.evaluate import heldout_samples
 
     def keyed(samples: list) -> list[tuple]:
         return sorted((s.source, s.role, s.target, repr(s.prompt)) for s in samples)

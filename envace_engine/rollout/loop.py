@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from envace_engine.config import ROLLOUT_DEFAULTS as _D
@@ -40,6 +40,7 @@ from envace_engine.environments.base import (
     close_env,
 )
 from envace_engine.environments.tool_environment import check_call, parameter_schemas
+from envace_engine.rollout.live import Live
 from envace_engine.rollout.parsing import INVALID_CALL_CODES, parse_rehearsal, parse_tool_calls
 from envace_engine.rollout.prompts import (
     Message,
@@ -49,7 +50,7 @@ from envace_engine.rollout.prompts import (
     tool_message,
 )
 from envace_engine.rollout.tokens import ChatTokenizer, TokenSequence
-from envace_engine.rollout.turns import TurnMixin
+from envace_engine.rollout.turns import Turns
 from envace_engine.rollout.user import UserSimulator
 from envace_engine.samplers.base import Generation, Sampler, SamplingParams, Session, SessionSampler
 from envace_engine.seeds import derive_seed
@@ -135,66 +136,9 @@ class RolloutConfig:
         )
 
 
-@dataclass
-class _Live:
-    """Mutable state of one running episode (never leaves this module)."""
-
-    id: str
-    group_id: str
-    task: Task
-    env: Environment | None  # real mode: the env; otherwise the shadow env (or None)
-    ctx: RehearseContext
-    seq: TokenSequence
-    messages: list[Message]  # the agent chat so far, without the pending reply
-    history_start: int  # index of the task's first user message (worked examples before it)
-    turn: int = 0
-    replies: int = 0  # agent replies in the current user turn
-    step: int = 0  # agent replies in the episode
-    sampled: int = 0  # policy tokens sampled (act + rehearse)
-    reply: Message | None = None
-    reply_stopped: bool = True
-    pending: list[ToolCall] = field(default_factory=list)
-    answered: list[tuple[ToolCall, ToolResult]] = field(default_factory=list)
-    world_prompt: list[int] = field(default_factory=list)
-    calls: list[CallRecord] = field(default_factory=list)
-    rehearsals: list[Rehearsal] = field(default_factory=list)
-    answers: list[str] = field(default_factory=list)
-    drift: int = 0
-    noncanonical: int = 0  # sampled replies whose ids are not their text's canonical ids
-    stop: StopReason | None = None
-    detail: str = ""
-    # Simulated user (rollout/turns.py): its messages, whether it speaks next, and the tool
-    # messages of a turn that hit max_turns, appended together with its next message.
-    user_texts: list[str] = field(default_factory=list)
-    to_user: bool = False
-    deferred: list[Message] = field(default_factory=list)
-    deferred_role: Role | None = None
-
-    def end(self, reason: StopReason, detail: str = "") -> None:
-        """Stop the episode (only the first reason counts) and release its environment."""
-        if self.stop is None:
-            self.stop, self.detail = reason, detail
-        close_env(self.env)
-
-    @property
-    def waiting_act(self) -> bool:
-        """Running, with no pending tool call: the next generation is the agent's."""
-        return self.stop is None and not self.pending and not self.to_user
-
-    @property
-    def waiting_user(self) -> bool:
-        """Running, with the simulated user to speak next."""
-        return self.stop is None and self.to_user
-
-    @property
-    def waiting_world(self) -> bool:
-        """Running, with a tool call to rehearse or simulate."""
-        return self.stop is None and bool(self.pending)
-
-
-class _Runner(TurnMixin):
-    """Drives a batch of ``_Live`` episodes through act and world micro-steps (and, between
-    turns, replayed or simulated user messages: ``TurnMixin``)."""
+class _Runner:
+    """Drives a batch of ``Live`` episodes through act and world micro-steps (and, between
+    turns, replayed or simulated user messages: ``turns.Turns``)."""
 
     def __init__(
         self, sampler: Sampler, tokenizer: Any, config: RolloutConfig, suite: Suite
@@ -210,8 +154,9 @@ class _Runner(TurnMixin):
             assert config.simulator is not None  # RolloutConfig.__post_init__ refuses None
             self.world_sampler = config.simulator
         self.calls_made = 0
+        self.turns = Turns(config, self.chat, suite, self._check_act_limits)
 
-    def start(self, task: Task, ep_id: str, group_id: str, pool: Sequence[Task]) -> _Live:
+    def start(self, task: Task, ep_id: str, group_id: str, pool: Sequence[Task]) -> Live:
         """A new episode at its first act prompt."""
         cfg = self.config
         examples = pick_examples(task, pool, cfg.n_examples)
@@ -230,9 +175,9 @@ class _Runner(TurnMixin):
         group_id: str,
         examples: tuple[Task, ...],
         env: Environment | None,
-    ) -> _Live:
+    ) -> Live:
         cfg = self.config
-        tools = self._first_tools(task, env)
+        tools = self.turns.first_tools(task, env)
         ctx = RehearseContext(
             tools=tuple(tools),
             task=task,
@@ -241,15 +186,15 @@ class _Runner(TurnMixin):
             examples=examples,
             stated=cfg.world_state,
         )
-        messages, prompt = self._opening(task, tools, examples)
-        live = _Live(ep_id, group_id, task, env, ctx, TokenSequence(), messages, len(messages) - 1)
+        messages, prompt = self.turns.opening(task, tools, examples)
+        live = Live(ep_id, group_id, task, env, ctx, TokenSequence(), messages, len(messages) - 1)
         live.seq.append(Role.PROMPT, prompt, messages[-1].content)
         live.to_user = cfg.user is not None  # a simulated user speaks first
         _start_turn(live.env, 0)
         self._check_act_limits(live)
         return live
 
-    def run(self, lives: list[_Live], progress: Callable[[int, int], None] | None) -> None:
+    def run(self, lives: list[Live], progress: Callable[[int, int], None] | None) -> None:
         """Generate until every episode has ended; ``progress(ended, total)`` as they end.
 
         A ``SessionSampler`` (HFSampler's continuous batching, SGLang's continuous submission)
@@ -264,7 +209,7 @@ class _Runner(TurnMixin):
 
     def _run_continuous(
         self,
-        lives: list[_Live],
+        lives: list[Live],
         progress: Callable[[int, int], None] | None,
         sampler: SessionSampler,
     ) -> None:
@@ -289,7 +234,7 @@ class _Runner(TurnMixin):
         if progress is not None:
             progress(sum(e.stop is not None for e in lives), len(lives))
 
-    def _submit(self, session: Session, i: int, live: _Live) -> None:
+    def _submit(self, session: Session, i: int, live: Live) -> None:
         """Queue episode ``i``'s next generation, if it waits for one."""
         cfg = self.config
         if live.waiting_world:
@@ -300,7 +245,7 @@ class _Runner(TurnMixin):
             session.submit((i, "act"), list(live.seq.ids), cfg.max_new_tokens_act, stops)
 
     def _run_micro_steps(
-        self, lives: list[_Live], progress: Callable[[int, int], None] | None
+        self, lives: list[Live], progress: Callable[[int, int], None] | None
     ) -> None:
         """All episodes waiting for act as one batch, then all waiting for the world."""
         while True:
@@ -323,7 +268,7 @@ class _Runner(TurnMixin):
                     self.on_world(live, gen)
             users = [e for e in lives if e.waiting_user]  # a simulated user's turn
             if users:
-                self._ask_users(users)
+                self.turns.ask_users(users)
             if not acting and not world and not users:
                 return
 
@@ -339,7 +284,7 @@ class _Runner(TurnMixin):
             raise RuntimeError(f"sampler returned {len(out)} generations for {len(prompts)}")
         return out
 
-    def on_act(self, live: _Live, gen: Generation) -> None:
+    def on_act(self, live: Live, gen: Generation) -> None:
         """Append the agent's reply and decide what the episode waits for next."""
         if gen.finish_reason in ("abort", "error"):
             live.end(StopReason.SAMPLER_ERROR, gen.error or gen.finish_reason)
@@ -375,11 +320,11 @@ class _Runner(TurnMixin):
                 live.turn += 1
                 live.replies = 0
                 _start_turn(live.env, live.turn)
-                self._extend(live, [Message("user", self._turn_text(live))], Role.USER)
+                self._extend(live, [Message("user", self.turns.turn_text(live))], Role.USER)
             else:
                 live.end(StopReason.DONE)
 
-    def replay(self, live: _Live, replay: Replay) -> None:
+    def replay(self, live: Live, replay: Replay) -> None:
         """Take ``replay`` as the episode's first reply: its sampled ids and log-probs, as if
         the sampler had just returned them (token-in/token-out: nothing is re-tokenised)."""
         reply = replay.reply
@@ -400,7 +345,7 @@ class _Runner(TurnMixin):
         finish = "stop" if ids and ids[-1] == self.chat.eos_id else "length"
         self.on_act(live, Generation(ids, reply.logprobs, finish))
 
-    def _real(self, live: _Live, call: ToolCall) -> ToolResult | None:
+    def _real(self, live: Live, call: ToolCall) -> ToolResult | None:
         """The real environment's answer to ``call`` (None without one). A broken environment
         ends the episode; the fault, as an error result, is recorded with the call (the agent
         never reads it: the episode is over)."""
@@ -412,7 +357,7 @@ class _Runner(TurnMixin):
             live.end(fault.stop, str(fault))
             return ToolResult(error=ToolError(fault.stop.value.upper(), str(fault), call.raw))
 
-    def _execute_all(self, live: _Live) -> None:
+    def _execute_all(self, live: Live) -> None:
         assert live.env is not None
         for call in live.pending:
             result = self._real(live, call)
@@ -423,7 +368,7 @@ class _Runner(TurnMixin):
             live.answered.append((call, result))
         self._commit(live, Role.REAL)
 
-    def _prepare_world(self, live: _Live) -> None:
+    def _prepare_world(self, live: Live) -> None:
         assert live.reply is not None
         if self.config.check_calls:
             self._answer_refused(live)
@@ -444,7 +389,7 @@ class _Runner(TurnMixin):
         elif cfg.mode is Mode.REHEARSAL and live.sampled >= cfg.max_episode_tokens:
             live.end(StopReason.TOKEN_LIMIT, f"{live.sampled} tokens sampled")
 
-    def _answer_refused(self, live: _Live) -> None:
+    def _answer_refused(self, live: Live) -> None:
         """Answer the pending calls the schema check refuses, in order, up to the next one it
         passes: the check's error is what the agent sees, and the world role is not asked."""
         schemas = parameter_schemas(live.ctx.tools)  # the tools offered now (BFCL adds some)
@@ -462,7 +407,7 @@ class _Runner(TurnMixin):
                 return
             live.answered.append((call, checked))
 
-    def on_world(self, live: _Live, gen: Generation) -> None:
+    def on_world(self, live: Live, gen: Generation) -> None:
         """Record one rehearsal (or simulation) and move to the next call or the next act."""
         if gen.finish_reason in ("abort", "error"):
             live.end(StopReason.SAMPLER_ERROR, gen.error or gen.finish_reason)
@@ -504,14 +449,14 @@ class _Runner(TurnMixin):
         else:
             self._prepare_world(live)
 
-    def _commit(self, live: _Live, role: Role) -> None:
+    def _commit(self, live: Live, role: Role) -> None:
         """Append the results of the whole reply as tool messages."""
         results = [tool_message(result) for _, result in live.answered]
         live.pending, live.answered = [], []
-        if not self._defer_to_user(live, results, role):
+        if not self.turns.defer_to_user(live, results, role):
             self._extend(live, results, role)
 
-    def _extend(self, live: _Live, new: list[Message], role: Role) -> None:
+    def _extend(self, live: Live, new: list[Message], role: Role) -> None:
         """Tokenise only the external suffix after the reply; check it against a re-render."""
         assert live.reply is not None
         suffix = self.chat.suffix(live.messages, live.reply, new, live.reply_stopped)
@@ -522,9 +467,9 @@ class _Runner(TurnMixin):
             live.drift += 1
         self._check_act_limits(live)
 
-    def _check_act_limits(self, live: _Live) -> None:
+    def _check_act_limits(self, live: Live) -> None:
         cfg = self.config
-        if self._conversation_over(live):
+        if self.turns.conversation_over(live):
             return
         if live.replies >= cfg.max_turns:
             live.end(StopReason.TURN_LIMIT, f"{live.replies} replies in user turn {live.turn}")
@@ -540,7 +485,7 @@ def _start_turn(env: Environment | None, turn: int) -> None:
         env.start_turn(turn)
 
 
-def _episode(live: _Live, mode: Mode, extra: dict[str, Any]) -> Episode:
+def _episode(live: Live, mode: Mode, extra: dict[str, Any]) -> Episode:
     return Episode(
         id=live.id,
         task_id=live.task.id,
@@ -593,7 +538,7 @@ def rollout(
         example_pool = suite.tasks("train") if config.n_examples > 0 else []
     prefix = run_id or uuid.uuid4().hex[:8]
     runner = _Runner(sampler, tokenizer, config, suite)
-    lives: list[_Live] = []
+    lives: list[Live] = []
     try:
         for i, task in enumerate(tasks):
             for k in range(group_size):

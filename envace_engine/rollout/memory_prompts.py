@@ -3,7 +3,7 @@ committed episode carries it.
 
 Rendering only, no sampling (that is ``testtime.memory``), so that SFT can build
 memory-conditioned examples with exactly the text test-time rehearsal uses
-(``training.sft_memory``).
+(``training.sft.memory``).
 
 * ``transcript`` — what the agent *saw* in one imagined episode: each call with the result it
   was shown (or the structured error), the final answers and the stop reason.

@@ -1,7 +1,7 @@
 """What happens between the agent's turns: the next user message, replayed or simulated.
 
-A mixin of the rollout loop's runner (``loop._Runner``), kept apart so that the loop reads as
-act / world micro-steps and this file as the conversation protocol around them:
+A collaborator of the rollout loop's runner (``loop._Runner``), kept apart so that the loop
+reads as act / world micro-steps and this file as the conversation protocol around them:
 
 * **replayed turns** (toy, BFCL): the task's next user turn; on a suite with ``TurnTools``
   (BFCL ``miss_func``) the schemas of tools offered from this turn on lead its text, as BFCL's
@@ -17,11 +17,12 @@ act / world micro-steps and this file as the conversation protocol around them:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from envace_engine.environments.base import Environment, Suite, TurnTools
+from envace_engine.rollout.live import Live
 from envace_engine.rollout.prompts import (
     Message,
     act_messages,
@@ -30,11 +31,37 @@ from envace_engine.rollout.prompts import (
     tools_text,
 )
 from envace_engine.rollout.tokens import ChatTokenizer
-from envace_engine.rollout.user import GREETING, UserReply, UserRequest
+from envace_engine.rollout.user import GREETING, UserReply, UserRequest, UserSimulator
 from envace_engine.types import CallRecord, Role, StopReason, Task
 
-if TYPE_CHECKING:  # the runner imports this module; the types only matter to the checker
-    from envace_engine.rollout.loop import RolloutConfig, _Live
+
+class TurnSettings(Protocol):
+    """What the turn protocol reads of ``loop.RolloutConfig``."""
+
+    @property
+    def user(self) -> UserSimulator | None:
+        """The simulated user, or None for replayed turns."""
+        ...
+
+    @property
+    def max_turns(self) -> int:
+        """Agent replies per user turn."""
+        ...
+
+    @property
+    def max_steps(self) -> int:
+        """Messages per simulated-user conversation."""
+        ...
+
+    @property
+    def max_tool_errors(self) -> int:
+        """Error results per simulated-user conversation."""
+        ...
+
+    @property
+    def check_drift(self) -> bool:
+        """Compare every next prompt with a full re-render."""
+        ...
 
 
 def _name(tool: dict[str, Any]) -> str:
@@ -46,23 +73,28 @@ def _shown_error(record: CallRecord) -> bool:
     return result is not None and not result.ok
 
 
-class TurnMixin:
-    """Turn-to-turn behaviour of ``loop._Runner`` (see the module docstring)."""
+class Turns:
+    """Turn-to-turn behaviour of ``loop._Runner`` (see the module docstring).
+    ``check_act_limits`` is the runner's: after a user message the agent's next prompt may
+    already be past its limits."""
 
-    config: RolloutConfig
-    chat: ChatTokenizer
-    suite: Suite
+    def __init__(
+        self,
+        config: TurnSettings,
+        chat: ChatTokenizer,
+        suite: Suite,
+        check_act_limits: Callable[[Live], None],
+    ) -> None:
+        self.config, self.chat, self.suite = config, chat, suite
+        self._check_act_limits = check_act_limits
 
-    def _check_act_limits(self, live: _Live) -> None:  # implemented by the runner
-        raise NotImplementedError
-
-    def _first_tools(self, task: Task, env: Environment | None) -> tuple[dict[str, Any], ...]:
+    def first_tools(self, task: Task, env: Environment | None) -> tuple[dict[str, Any], ...]:
         """The tools offered in the first user turn."""
         if isinstance(self.suite, TurnTools):
             return tuple(self.suite.tools_at(task, 0))
         return tuple(task.tools or (env.tools() if env is not None else ()))
 
-    def _opening(
+    def opening(
         self, task: Task, tools: Sequence[dict[str, Any]], examples: Sequence[Task]
     ) -> tuple[list[Message], list[int]]:
         """The agent's opening messages and their prompt ids. With a simulated user the prompt
@@ -74,7 +106,7 @@ class TurnMixin:
         text = render(self.chat.tokenizer, messages, add_generation_prompt=False)
         return messages, self.chat.encode(text)
 
-    def _turn_text(self, live: _Live) -> str:
+    def turn_text(self, live: Live) -> str:
         """The replayed user turn now due, led by the schemas of tools it newly offers."""
         text = live.task.user_turns[live.turn]
         if not isinstance(self.suite, TurnTools):
@@ -87,7 +119,7 @@ class TurnMixin:
         live.ctx = replace(live.ctx, tools=tuple(now))  # the world role may simulate them now
         return f"{tools_text(new)}\n{text}"
 
-    def _defer_to_user(self, live: _Live, results: list[Message], role: Role) -> bool:
+    def defer_to_user(self, live: Live, results: list[Message], role: Role) -> bool:
         """With a simulated user, ``max_turns`` replies end the *turn*: the tool messages wait
         to be appended with the user's next message. True when deferred."""
         if self.config.user is None or live.replies < self.config.max_turns:
@@ -97,7 +129,7 @@ class TurnMixin:
         live.to_user = True
         return True
 
-    def _conversation_over(self, live: _Live) -> bool:
+    def conversation_over(self, live: Live) -> bool:
         """End a simulated-user conversation at its message or error cap; True if ended."""
         cfg = self.config
         if cfg.user is None:
@@ -112,7 +144,7 @@ class TurnMixin:
             return True
         return False
 
-    def _user_view(self, live: _Live) -> tuple[Message, ...]:
+    def _user_view(self, live: Live) -> tuple[Message, ...]:
         """The conversation as the user sees it (agent texts only, no tool traffic)."""
         view = [Message("assistant", GREETING)]
         for i, text in enumerate(live.user_texts):
@@ -121,7 +153,7 @@ class TurnMixin:
                 view.append(Message("assistant", live.answers[i]))
         return tuple(view)
 
-    def _ask_users(self, lives: list[_Live]) -> None:
+    def ask_users(self, lives: list[Live]) -> None:
         """One user-simulator call for every episode waiting for its user."""
         user = self.config.user
         assert user is not None  # only episodes of a simulated-user rollout wait for one
@@ -135,7 +167,7 @@ class TurnMixin:
         for live, reply in zip(lives, replies, strict=True):
             self._on_user(live, reply)
 
-    def _on_user(self, live: _Live, reply: UserReply) -> None:
+    def _on_user(self, live: Live, reply: UserReply) -> None:
         """Append the user's message (and any deferred tool messages); a stop token ends it."""
         live.to_user = False
         if reply.error:

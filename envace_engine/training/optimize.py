@@ -16,16 +16,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from envace_engine.training.batching import micro_batches
 from envace_engine.training.loss import LossInputs, RoleMetrics, policy_loss
 from envace_engine.training.parallel import distributed, fsdp
+from envace_engine.training.parts import Parts
 from envace_engine.training.world_nll import nll_backward
 from envace_engine.types import Role, TrainRow
-
-if TYPE_CHECKING:
-    from envace_engine.training.trainer import Parts
 
 
 def optimize(

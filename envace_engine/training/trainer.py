@@ -25,17 +25,15 @@ import logging
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envace_engine import adapters
 from envace_engine.config import TrainConfig
 from envace_engine.environments import get_suite
 from envace_engine.environments.base import Suite
 from envace_engine.models import load_model, load_tokenizer, resolve
 from envace_engine.rollout.loop import RolloutConfig, rollout
-from envace_engine.rollout.rewards import JudgeConfig, RewardFn, make_reward, state_reward
+from envace_engine.rollout.rewards import JudgeConfig, make_reward, state_reward
 from envace_engine.rollout.tokens import ChatTokenizer, training_rows
 from envace_engine.samplers import Sampler, make_sampler
 from envace_engine.samplers.base import CacheHolding
@@ -48,7 +46,8 @@ from envace_engine.training.lora import trained_model
 from envace_engine.training.metrics import role_advantages, step_metrics
 from envace_engine.training.optimize import optimize
 from envace_engine.training.parallel import distributed, fsdp
-from envace_engine.training.parallel.weight_sync import WeightSource, server_sampler, sync_weights
+from envace_engine.training.parallel.weight_sync import server_sampler, sync_weights
+from envace_engine.training.parts import Parts
 from envace_engine.training.probe import (
     ProbeMemo,
     run_probe,
@@ -73,45 +72,6 @@ TRAINED = {
     "act-only": (Role.ACT,),
     "simulator": (Role.ACT,),
 }
-
-
-@dataclass
-class Parts:
-    """The live objects of a training job (built once by ``setup``)."""
-
-    config: TrainConfig
-    model: Any  # transformers PreTrainedModel: trained in place, or FSDP's full copy (``sharded``)
-    ref_model: Any | None  # frozen reference for the KL term (kl_coef > 0); sharded under FSDP
-    tokenizer: Any
-    optimizer: Any  # torch.optim.AdamW
-    sampler: Sampler
-    suite: Suite
-    tasks: list[Task]
-    reward: RewardFn
-    success: RewardFn  # state replay on the real env: real-env success
-    dist: distributed.Dist
-    reward_is_success: bool = False  # the reward *is* the state replay: don't score twice
-    # FSDP: the sharded model the optimizer trains (``fsdp.LogprobModule``); ``model`` is then a
-    # frozen full copy of it, refreshed after each step, for sampling and checkpoints. None: DDP
-    # or one process, where ``model`` itself is trained.
-    sharded: Any | None = None
-    # ``simulator`` mode: a frozen copy of the starting model, sampled to answer tool calls.
-    simulator: Sampler | None = None
-    probe_tasks: list[Task] = dataclasses.field(default_factory=list)  # held-out, never trained
-    # ``[lora] enabled``: ``model`` is the peft model (frozen base + trained adapter) and this is
-    # the plain model with the adapter merged in, which the sampler reads (``adapters``)
-    merged: Any | None = None
-
-    def weight_source(self) -> WeightSource:
-        """What a weight push to out-of-process samplers reads (the full model copy)."""
-        if self.merged is None:
-            return WeightSource(self.sampler, self.model, self.tokenizer, self.dist)
-        return WeightSource(self.sampler, self.merged, self.tokenizer, self.dist, self.model)
-
-    def refresh_merged(self) -> None:
-        """After the adapter changed: rewrite the merged copy the sampler reads."""
-        if self.merged is not None:
-            adapters.refresh(self.model, self.merged)
 
 
 def train(

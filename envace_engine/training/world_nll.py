@@ -12,7 +12,7 @@ over the step, so its size does not grow with the batch.
 With ``loss.world_nll_replay = k`` the term also holds ``k`` replayed SFT rehearse examples per
 step: one reference call of each of ``k`` training tasks drawn by the step's seed, its rehearse
 prompt rendered with the run's prompt settings and its recorded result as the target, exactly
-as the SFT warm-up builds them (``training.sft``): the world role keeps seeing true answers on
+as the SFT warm-up builds them (``training.sft.data``): the world role keeps seeing true answers on
 the tasks' reference paths even where this step's own rehearsals left them.
 
 The target is a *target*, not sampled text: encoding it is how every SFT example is built.
@@ -21,13 +21,20 @@ The target is a *target*, not sampled text: encoding it is how every SFT example
 from __future__ import annotations
 
 import dataclasses
+import random
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from envace_engine.environments.tool_environment import parameter_schemas
 from envace_engine.rollout.parsing import result_to_json
-from envace_engine.rollout.prompts import rehearse_target
+from envace_engine.rollout.prompts import (
+    RehearseContext,
+    pick_examples,
+    rehearse_samples,
+    rehearse_target,
+)
 from envace_engine.training.batching import micro_batches
+from envace_engine.training.sft.data import as_rows, tokenize
 from envace_engine.training.world_reward import known_answer
 from envace_engine.types import Episode, Role, Task, TrainRow
 
@@ -73,11 +80,6 @@ def replay_rows(
     seed: int,
 ) -> list[TrainRow]:
     """``k`` SFT rehearse examples (module docstring) from ``tasks``, drawn by ``seed``."""
-    import random
-
-    from envace_engine.rollout.prompts import RehearseContext, pick_examples, rehearse_samples
-    from envace_engine.training.sft import as_rows, tokenize
-
     rng = random.Random(seed)
     pool = [t for t in tasks if any(t.reference_calls) and any(t.reference_results)]
     samples = []

@@ -17,10 +17,15 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import torch
+
 from envace_engine.config import SFTConfig
 from envace_engine.environments import get_suite
+from envace_engine.logprobs import shared_prefix_hidden
 from envace_engine.rollout.parsing import INVALID_CALL_CODES, parse_rehearsal
 from envace_engine.rollout.tokens import ChatTokenizer
+from envace_engine.training.precision import bf16_autocast
+from envace_engine.training.sft.data import all_samples, chain_batch, chains, tokenize
 
 EVAL_BATCH = 16
 HELDOUT_SEED = 0  # the held-out draw of every run (the study recipe's own seed)
@@ -29,7 +34,7 @@ HEAD_CHUNK = 256  # completion positions projected through the LM head at a time
 
 def kind_of(example: Any) -> str:
     """``act_call`` | ``act_answer`` | ``rehearse`` | ``rehearse_invalid`` (the world rules the
-    call invalid: ``sft_invalid``) | ``memory``."""
+    call invalid: ``sft.invalid``) | ``memory``."""
     if example.role == "act":
         return "act_call" if "<tool_call>" in example.target else "act_answer"
     if example.role == "rehearse" and _flags_invalid(example.target):
@@ -51,12 +56,6 @@ def greedy_matches(
     """Per example: (matched completion tokens, completion tokens), in input order. ``pack``
     scores a task's nested act turns in one sequence (``sft.chains``): the same gold context
     at every position, fewer tokens."""
-    import torch
-
-    from envace_engine.logprobs import shared_prefix_hidden
-    from envace_engine.training.precision import bf16_autocast
-    from envace_engine.training.sft import chain_batch, chains
-
     found = chains(examples, pack)
     # batches of one group (a role and tool set) share their prompt head: run it once
     order = sorted(range(len(found)), key=lambda c: (found[c].group, found[c].length))
@@ -140,8 +139,6 @@ def heldout_samples(config: SFTConfig) -> list[Any]:
     """The held-out examples: ``eval_tasks`` tasks of ``eval_split`` drawn, and given their
     memory-conditioned variants, with ``HELDOUT_SEED`` whatever the run's seed, so runs that
     differ in seed are scored on the same examples."""
-    from envace_engine.training.sft import all_samples
-
     assert config.eval_split is not None
     held = config.model_copy(update={"n_tasks": config.eval_tasks, "seed": HELDOUT_SEED})
     return all_samples(held, get_suite(config.suite), split=config.eval_split)
@@ -149,8 +146,6 @@ def heldout_samples(config: SFTConfig) -> list[Any]:
 
 def heldout_metrics(model: Any, chat: ChatTokenizer, config: SFTConfig, pad_id: int) -> dict:
     """Teacher-forced metrics on ``heldout_samples`` (``sft/heldout/...``)."""
-    from envace_engine.training.sft import tokenize
-
     examples = tokenize(heldout_samples(config), chat)
     model.eval()
     matches = greedy_matches(model, examples, pad_id, config.bf16, config.pack_turns)

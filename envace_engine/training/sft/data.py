@@ -1,31 +1,6 @@
-"""SFT warm-up on reference trajectories of both roles (docs/training.md, "SFT warm-up").
-
-Examples (one per generation the policy will make at run time, "step-as-sample"):
-
-* ``act`` — prompt: the act chat up to an assistant message of the reference trajectory;
-  completion: that message (a ``<tool_call>`` block, or the final answer);
-* ``rehearse`` — prompt: the rehearse chat for one reference call; completion:
-  ``<execution_result>{reference result}</execution_result>``;
-* with ``invalid_fraction`` > 0, rehearse examples of invalid variants of reference calls,
-  targeting the real environment's error (``sft_invalid``);
-* with ``memory_fraction`` > 0, memory-conditioned examples (``sft_memory``): act examples of
-  the same trajectory with a rehearsal memory in context, and (role ``memory``) the memory
-  written from an imagined attempt — so test-time rehearsal meets a format it was trained on.
-
-Prompts are rendered with the *same* functions and switches the rollout uses
-(``act_samples``/``rehearse_samples``, ``pick_examples`` from the same pool,
-``grounded_rehearsal``, ``rehearse_history``, ``n_examples``): other prompts would teach a
-format the policy never meets. Token-in/token-out holds here too: a prompt is tokenised as the
-rollout tokenises it (the chat with its generation prompt), a completion as the canonical
-tokens of its text plus the end-of-turn token — the ids the policy must sample.
-
-Why our own loop rather than TRL's ``SFTTrainer`` (``bench/sft_step.py`` compares them on the
-same batch): batches are bucketed by length (little padding), the LM head runs only on
-completion tokens (``logprobs.completion_logprobs``: no ``[B, L, V]`` logits), with
-``pack_turns`` a task's nested act turns are one sequence (``chains``), and bf16 autocast runs
-the GEMMs on the CPU's bf16 units while the weights and AdamW state stay fp32.
-The loss is the mean negative log-likelihood over a batch's completion tokens, as TRL's.
-"""
+"""SFT examples: the reference trajectories of a suite's tasks as the prompts and targets the
+policy meets at run time, tokenised token-in/token-out, packed into chains and batched by length
+(the package docstring says what the examples are and why)."""
 
 from __future__ import annotations
 
@@ -34,15 +9,11 @@ import itertools
 import logging
 import math
 import random
-import shutil
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from envace_engine import adapters
-from envace_engine.config import SFTConfig, write_prompt_settings
+from envace_engine.config import SFTConfig
 from envace_engine.environments import get_suite
 from envace_engine.environments.base import Suite
 from envace_engine.rollout.prompts import (
@@ -56,10 +27,9 @@ from envace_engine.rollout.prompts import (
 )
 from envace_engine.rollout.tokens import ChatTokenizer
 from envace_engine.seeds import derive_seed
-from envace_engine.sink import Sink
-from envace_engine.training.lora import trained_model
-from envace_engine.training.sft_invalid import invalid_samples
-from envace_engine.training.sft_memory import memory_samples
+from envace_engine.training.batching import collate
+from envace_engine.training.sft.invalid import invalid_samples
+from envace_engine.training.sft.memory import memory_samples
 from envace_engine.types import Role, Task, TrainRow
 
 LOG = logging.getLogger(__name__)
@@ -294,114 +264,9 @@ def chain_batch(
 ):
     """The ``batching.Batch`` of chains ``picked``: their prompt head shared, each chain one
     sequence; its rows are the members' examples in chain order (``Batch.positions``)."""
-    from envace_engine.training.batching import collate
-
     members = [(i, c) for c in picked for i in found[c].members]
     rows = as_rows([examples[i] for i, _ in members], [c for _, c in members])
     # ``pack`` only when a chain has several members: collate(pack=True) reorders sequences by
     # prompt length, so a batch of single examples keeps the unpacked layout (and numerics)
     packed = any(len(found[c].members) > 1 for c in picked)
     return collate(rows, [0.0] * len(rows), pad, share_prefix=True, pack=packed)
-
-
-def sft_loss(model: Any, batch: Any, bf16: bool) -> Any:
-    """Mean NLL over the batch's completion tokens (head only on those tokens); ``bf16`` asks
-    for bf16 autocast where the hardware runs it natively (``precision.bf16_autocast``)."""
-    import torch
-
-    from envace_engine.logprobs import completion_logprobs
-    from envace_engine.training.precision import bf16_autocast
-
-    device = next(model.parameters()).device
-    bf16 = bf16_autocast(bf16, device)
-    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-        logprobs = completion_logprobs(
-            model,
-            batch.input_ids,
-            batch.attention_mask,
-            batch.completion_mask,
-            prefix_ids=batch.prefix_ids,
-        ).float()
-    mask = batch.completion_mask
-    return -(logprobs * mask).sum() / mask.sum().clamp(min=1.0)
-
-
-def run_sft(config: SFTConfig, out_dir: Path, sink: Sink | None = None) -> Path:
-    """Train, save a checkpoint dir at ``out_dir`` (atomically), score the held-out split."""
-    import torch
-
-    from envace_engine.models import load_tokenizer, resolve
-    from envace_engine.samplers.embedded.heap import keep_freed_memory
-    from envace_engine.training.sft_eval import heldout_metrics
-
-    torch.manual_seed(config.seed)
-    spec = resolve(config.model)
-    (model, _), tokenizer = trained_model(spec, config.lora, sampled=False), load_tokenizer(spec)
-    chat = ChatTokenizer(tokenizer)
-    examples = tokenize(all_samples(config), chat)
-    if not examples:
-        raise ValueError("no SFT examples: check roles, task_filter and the split")
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else chat.eos_id
-    trained = [p for p in model.parameters() if p.requires_grad]  # under [lora]: the adapter
-    optimizer = torch.optim.AdamW(trained, lr=config.lr, weight_decay=0.0)
-    if next(model.parameters()).device.type == "cpu":
-        keep_freed_memory()  # each step frees and re-allocates GBs of activations (heap.py)
-    model.train()
-    found = chains(examples, config.pack_turns)
-    LOG.info(
-        "sft: %d examples in %d sequences per epoch (%.0f %% of the examples' tokens)",
-        len(examples),
-        len(found),
-        100 * sum(c.length for c in found) / sum(e.length for e in examples),
-    )
-    for step, (epoch, picked) in enumerate(
-        batch_stream(found, config.batch_size, config.seed, config.max_steps)
-    ):
-        started = time.perf_counter()
-        for group in optimizer.param_groups:
-            group["lr"] = lr_at(step, config)
-        batch = chain_batch(examples, found, picked, pad)
-        loss = sft_loss(model, batch, config.bf16)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        clip = config.grad_clip if config.grad_clip is not None else float("inf")
-        norm = float(torch.nn.utils.clip_grad_norm_(trained, clip))
-        optimizer.step()
-        if sink is not None:
-            metrics = {
-                "sft/loss": float(loss.item()),
-                "sft/lr": optimizer.param_groups[0]["lr"],
-                "sft/grad_norm": norm,
-                "sft/epoch": float(epoch),
-                "sft/tokens": float(batch.num_tokens),
-                "sft/examples": float(batch.num_rows),
-                "sft/padded_tokens": float(batch.input_ids.numel()),
-                "perf/step_s": time.perf_counter() - started,
-            }
-            sink.metrics(step, metrics)
-            sink.progress(step + 1, config.max_steps, f"sft step {step + 1}")
-    model.eval()
-    out = _save(model, tokenizer, config, Path(out_dir))
-    if config.eval_split is not None and sink is not None:
-        held = heldout_metrics(model, chat, config, pad)
-        sink.metrics(config.max_steps, held)
-    return out
-
-
-def _save(model: Any, tokenizer: Any, config: SFTConfig, out: Path) -> Path:
-    """Write the checkpoint (weights, tokenizer, prompt settings) to a temporary, then rename."""
-    import os
-
-    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    if adapters.is_peft(model):  # the adapter alone; its tokenizer is its base model's
-        adapters.save(model.float(), tmp)
-    else:
-        model.float().save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
-    write_prompt_settings(tmp, config.rollout)
-    if out.exists():
-        shutil.rmtree(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp.rename(out)
-    return out
