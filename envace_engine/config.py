@@ -202,6 +202,13 @@ class LossSettings(Section):
         description="SFT rehearse examples of training tasks replayed per step in the world NLL "
         "(needs world_nll > 0)",
     )
+    world_nll_rows: int = Field(
+        0,
+        ge=0,
+        description="at most this many rows in a step's world NLL (its own known answers and the "
+        "replayed examples together), a uniform sample drawn by the step's seed; each row costs "
+        "a forward and backward over its whole rehearse prompt; 0 = every row",
+    )
     aggregation: Literal["seq_mean_token_mean", "token_mean"] = "seq_mean_token_mean"
     tis_cap: float | None = Field(
         None,
@@ -379,6 +386,11 @@ class TrainConfig(Section):
             raise ValueError(
                 f"loss.world_kl and loss.world_nll train the world role, which mode = "
                 f"{self.mode!r} does not train: set mode = 'envace' or set them to 0"
+            )
+        if self.loss.world_nll_rows and self.loss.world_nll == 0:
+            raise ConfigError(
+                "loss.world_nll_rows caps the world NLL's rows, which is off: set "
+                "loss.world_nll > 0 or loss.world_nll_rows = 0"
             )
         if self.loss.world_nll_replay and self.loss.world_nll == 0:
             raise ValueError(

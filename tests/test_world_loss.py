@@ -132,3 +132,23 @@ def test_replayed_sft_rehearse_examples_are_the_sft_recipes_own(tokenizer):
         assert "Environment state at the start of the task" in prompt  # the run's settings
     with pytest.raises(ConfigError, match="world_nll"):
         build(TrainConfig, {"loss": {"world_nll_replay": 4}})
+
+
+def test_world_nll_rows_keeps_a_seeded_uniform_sample_in_order():
+    from envace_engine.config import ConfigError, TrainConfig, build
+    from envace_engine.training.world_nll import sample_rows
+
+    rows = list("abcdefgh")
+    assert sample_rows(rows, 0, seed=1) == rows  # 0: every row
+    assert sample_rows(rows, 8, seed=1) == rows and sample_rows(rows, 20, seed=1) == rows
+    kept = sample_rows(rows, 3, seed=1)
+    assert len(kept) == 3 and kept == sorted(kept) and set(kept) <= set(rows)
+    assert kept == sample_rows(rows, 3, seed=1)  # the step's seed decides
+    draws = {tuple(sample_rows(rows, 3, seed=s)) for s in range(40)}
+    assert len(draws) > 1  # not always the same rows
+    counts = {
+        r: sum(r in d for d in (sample_rows(rows, 4, seed=s) for s in range(400))) for r in rows
+    }
+    assert set(counts) == set(rows) and min(counts.values()) > 0  # every row can be drawn
+    with pytest.raises(ConfigError, match="world_nll_rows"):
+        build(TrainConfig, {"loss": {"world_nll_rows": 16}})

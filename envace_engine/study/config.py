@@ -70,6 +70,9 @@ class StudyFidelity(Section):
     world_nll_replay: int = Field(
         0, ge=0, description="loss.world_nll_replay: SFT rehearse examples replayed per step"
     )
+    world_nll_rows: int = Field(
+        0, ge=0, description="loss.world_nll_rows: at most this many world NLL rows per step"
+    )
 
 
 class StudyTrain(Section):
@@ -212,5 +215,6 @@ class StudyConfig(Section):
                 "world_nll": f.world_nll,
                 "world_kl": f.world_kl,
                 "world_nll_replay": f.world_nll_replay,
+                "world_nll_rows": f.world_nll_rows,
             }
         return TrainConfig.model_validate(data)

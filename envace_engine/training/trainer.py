@@ -169,7 +169,8 @@ def world_targets(
     parts: Parts, tasks: Sequence[Task], episodes: Sequence[Episode], step: int
 ) -> list[TrainRow]:
     """The known answers the auxiliary world NLL scores this step (none when it is off): the
-    step's own rehearsals', then ``loss.world_nll_replay`` replayed SFT rehearse examples."""
+    step's own rehearsals', then ``loss.world_nll_replay`` replayed SFT rehearse examples; at
+    most ``loss.world_nll_rows`` of them (``world_nll.sample_rows``)."""
     config = parts.config
     if config.loss.world_nll == 0:
         return []
@@ -180,7 +181,8 @@ def world_targets(
         rows += world_nll.replay_rows(
             parts.tasks, config.rollout, chat, config.loss.world_nll_replay, seed
         )
-    return rows
+    seed = derive_seed(config.seed, "world_nll_rows", step, parts.dist.rank)
+    return world_nll.sample_rows(rows, config.loss.world_nll_rows, seed)
 
 
 def probe(

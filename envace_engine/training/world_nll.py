@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import random
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from envace_engine.environments.tool_environment import parameter_schemas
 from envace_engine.rollout.parsing import result_to_json
@@ -43,6 +43,9 @@ if TYPE_CHECKING:
 
     from envace_engine.config import RolloutSettings
     from envace_engine.rollout.tokens import ChatTokenizer
+
+
+T = TypeVar("T")
 
 
 def target_rows(
@@ -96,6 +99,17 @@ def replay_rows(
         if found:
             samples.append(rng.choice(found))
     return as_rows(tokenize(samples, chat))
+
+
+def sample_rows(rows: Sequence[T], limit: int, seed: int) -> list[T]:
+    """At most ``limit`` of ``rows`` (all when ``limit`` is 0 or not smaller), drawn uniformly
+    without replacement by ``seed``, in their order. Each row is equally likely to be kept, so
+    the sample's mean NLL estimates the mean over every row without bias, at a cost the limit
+    bounds: a row costs a forward and a backward over its whole rehearse prompt."""
+    if not limit or limit >= len(rows):
+        return list(rows)
+    kept = sorted(random.Random(seed).sample(range(len(rows)), limit))
+    return [rows[i] for i in kept]
 
 
 def batch_nll(model: Any, batch: Any, temperature: float = 1.0) -> tuple[torch.Tensor, int]:
