@@ -140,11 +140,13 @@ def _load(make: Any, path: Path) -> Any:
 
 
 def merged(model: Any, adapter: Path) -> Any:
-    """A plain model: ``model`` with the adapter at ``adapter`` merged in (for inference)."""
+    """A plain model: ``model`` with the adapter at ``adapter`` merged in, every weight
+    trainable as a loaded checkpoint's are (peft loads for inference and freezes the base;
+    full fine-tuning from an adapter checkpoint trains the merged weights)."""
     from peft import PeftModel
 
     peft = _load(lambda: PeftModel.from_pretrained(model, adapter), adapter)
-    return peft.merge_and_unload().eval()
+    return peft.merge_and_unload().eval().requires_grad_(True)
 
 
 def lora_layers(peft: Any) -> dict[str, Any]:

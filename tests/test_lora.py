@@ -119,6 +119,9 @@ def test_an_adapter_dir_resolves_onto_its_recorded_base(tmp_path: Path) -> None:
     # training on from it continues the same adapter
     again, _ = trained_model(resolve(str(tmp_path / "adapter")), SMALL)
     assert torch.allclose(completion_logprobs(again, ids, att, cm), want, atol=1e-5)
+    # full fine-tuning from it trains every merged weight (peft's loader had frozen them)
+    full, _ = trained_model(resolve(str(tmp_path / "adapter")), LoraSettings())
+    assert all(p.requires_grad for p in full.parameters())
 
 
 def test_bad_lora_settings_and_adapters_are_named(tmp_path: Path) -> None:
