@@ -34,10 +34,12 @@ def test_a_lora_study_keeps_its_adapters_and_resumes_from_the_study_folder_alone
     assert first.wait(timeout=600) == 0, first.stdout.read().decode()[-3000:]  # type: ignore[union-attr]
     study = tmp_path / "a" / "runs" / STUDY
     assert json.loads((study / "progress.json").read_text())["status"] == "paused"
+    assert (study / "report.md").read_text().startswith(f"# Study {STUDY} (paused)")
     kept = study / "adapters" / "envace"
     assert adapters.is_adapter_dir(kept)
     assert sum(f.stat().st_size for f in kept.iterdir()) < 25 * 2**20
     paused = json.loads((study / "study.json").read_text())
+    assert paused["status"] == "paused"
     assert paused["arms"]["envace"]["checkpoint"] == str(kept)
     assert paused["arms"]["envace"]["status"] == "done"
     assert "envace" not in paused["evals"] and "base" not in paused["evals"]
@@ -57,3 +59,4 @@ def test_a_lora_study_keeps_its_adapters_and_resumes_from_the_study_folder_alone
     assert set(state["evals"]["sft"]["settings"]) >= {"plain N=0", "parallel N=1"}  # setting added
     assert state["evals"]["envace"]["machines"]  # which CPU type evaluated it
     assert json.loads((moved / "progress.json").read_text())["status"] == "done"
+    assert state["status"] == "done"

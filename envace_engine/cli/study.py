@@ -164,7 +164,13 @@ def study(
     """Run (or --resume) the study of a config; see `envace study report` for its report."""
     if ctx.invoked_subcommand is not None:
         return
-    from envace_engine.study.runner import StartChanged, check_start, redo_arms, run_study
+    from envace_engine.study.runner import (
+        StartChanged,
+        check_start,
+        pause,
+        redo_arms,
+        run_study,
+    )
     from envace_engine.study.state import StudyState
     from storage.shards import RunWriter
 
@@ -219,6 +225,7 @@ def study(
             if state.status != "done":  # stopped by units (one_process: only --units does)
                 left = None if units is None else 0 if one_process else units - 1
                 if left == 0:
+                    pause(cfg, writer.path)
                     _pause(writer, units)
                     return
                 _continue_fresh(writer, left)

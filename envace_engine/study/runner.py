@@ -235,10 +235,23 @@ def open_state(config: StudyConfig, study_dir: Path) -> StudyState:
     study_id = Path(study_dir).name
     state = StudyState.load(study_dir) or StudyState(study_id)
     check_start(config.model, state)
+    if state.status == "paused":  # ``pause``: it goes on now
+        state.status = "running"
     for arm in config.arms:
         state.arms.setdefault(arm, ArmState(run_id=f"{study_id}--{arm}"))
     relocate_kept(state, Path(study_dir))
     check_retired(config, state)  # before any arm trains: a typo fails now, not hours later
+    return state
+
+
+def pause(config: StudyConfig, study_dir: Path) -> StudyState:
+    """Record an unfinished study as ``paused`` between units (``envace study --units``), in
+    its state and its report; the next run of it (``open_state``) makes it ``running`` again."""
+    state = StudyState.load(study_dir) or StudyState(Path(study_dir).name)
+    if state.status != "done":
+        state.status = "paused"
+        state.save(study_dir)
+        write_report(build_report(config, state), study_dir)
     return state
 
 
