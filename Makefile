@@ -35,11 +35,14 @@ $(VENV)/.stamp-data: $(VENV)/.stamp-deps data-requirements.txt
 studio: setup
 	$(PY) -m envace_engine.cli studio --host $(HOST) --port $(PORT)
 
+# extra pytest arguments for `make test`, e.g. PYTEST_ARGS=--durations=30 (the slowest tests)
+PYTEST_ARGS ?=
+
 test: setup /usr/bin/chromium
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow and not browser"
