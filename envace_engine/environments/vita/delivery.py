@@ -17,7 +17,7 @@ from typing import Any
 from envace_engine.environments.vita import fuzzy, reprs
 from envace_engine.environments.vita.dataset import TIME_FORMAT
 from envace_engine.environments.vita.generic import distance_m, geocode
-from envace_engine.environments.vita.world import ToolFailure, World, parses, require
+from envace_engine.environments.vita.world import ToolFailure, World, parses, pay, require
 
 Record = dict[str, Any]
 
@@ -171,13 +171,7 @@ def _new_order(
 def pay_delivery_order(world: World, order_id: str) -> str:
     """Pay an unpaid order."""
     require(order_id, "Order ID cannot be empty")
-    order = _order(world, order_id)
-    if isinstance(order, str):
-        return order
-    if order["status"] != "unpaid":
-        return f"Order {order_id} is not in `unpaid` status. Current status: {order['status']}"
-    order["status"], order["update_time"] = "paid", world.now
-    return "Payment successful"
+    return pay(_order(world, order_id), order_id, world.now)
 
 
 def get_delivery_order_status(world: World, order_id: str) -> str:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from envace_engine.environments.vita import fuzzy, reprs
-from envace_engine.environments.vita.world import ToolFailure, World, parses, require
+from envace_engine.environments.vita.world import ToolFailure, World, parses, pay, require
 
 Record = dict[str, Any]
 
@@ -120,13 +120,7 @@ def create_instore_product_order(
 def pay_instore_order(world: World, order_id: str) -> str:
     """Pay an unpaid product order."""
     require(order_id, "Order ID cannot be empty")
-    order = _order(world, order_id)
-    if isinstance(order, str):
-        return order
-    if order["status"] != "unpaid":
-        return f"Order {order_id} is not in `unpaid` status. Current status: {order['status']}"
-    order["status"], order["update_time"] = "paid", world.now
-    return "Payment successful"
+    return pay(_order(world, order_id), order_id, world.now)
 
 
 def instore_cancel_order(world: World, order_id: str) -> str:

@@ -110,3 +110,14 @@ class World:
 def providers(db: dict[str, Any]) -> list[dict[str, Any]]:
     """Every store (delivery) and shop (in-store) of a database, in file order."""
     return [*(db.get("stores") or {}).values(), *(db.get("shops") or {}).values()]
+
+
+def pay(order: dict[str, Any] | str, order_id: str, now: str) -> str:
+    """Pay an unpaid order, as both domains' pay tools do: ``order`` is what the domain's
+    look-up found (its not-found text passes through), ``now`` the task's frozen time."""
+    if isinstance(order, str):
+        return order
+    if order["status"] != "unpaid":
+        return f"Order {order_id} is not in `unpaid` status. Current status: {order['status']}"
+    order["status"], order["update_time"] = "paid", now
+    return "Payment successful"
