@@ -124,6 +124,9 @@ class TaskKey:
     # fact a tool can read, e.g. note texts): the world role's state block when
     # ``rollout.world_state`` is on (``prompts.rehearse_messages``). Never the agent's prompt.
     WORLD_STATE = "world_state"
+    # The agent's fixed first message of a simulated-user conversation, which the user answers
+    # (VitaBench's, in the task's language); without it the rollout's default greeting (τ²'s).
+    GREETING = "greeting"
 
 
 @dataclass(frozen=True)

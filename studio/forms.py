@@ -34,8 +34,20 @@ KINDS = {
 }
 # every suite of ``envace_engine.environments.suite_names()`` (a test checks they agree; the
 # studio does not import the engine's environments to list them)
-SUITES = ("toy", "toy-library", "bfcl-gen", "bfcl", "tau2-airline", "tau2-retail", "tau2-mock")
-TAU2 = frozenset(s for s in SUITES if s.startswith("tau2-"))
+SUITES = (
+    "toy",
+    "toy-library",
+    "bfcl-gen",
+    "bfcl",
+    "tau2-airline",
+    "tau2-retail",
+    "tau2-mock",
+    "vita-delivery-zh",
+    "vita-delivery-en",
+    "vita-instore",
+)
+# suites whose conversations need a simulated user (τ², VitaBench)
+USER_SUITES = frozenset(s for s in SUITES if s.startswith(("tau2-", "vita-")))
 USER_KINDS = frozenset({"eval"})  # commands that take a simulated user (``--user``)
 MODES = ("parallel", "sequential", "select")
 CONFIGURED = frozenset({"train", "baseline", "sft"})  # take a TOML config written by the studio
@@ -116,10 +128,22 @@ class LaunchRequest(BaseModel):
     kind: Literal["train", "baseline", "sft", "eval", "sweep", "rollout"]
     model: str = Field(min_length=1)
     suite: Literal[
-        "toy", "toy-library", "bfcl-gen", "bfcl", "tau2-airline", "tau2-retail", "tau2-mock"
+        "toy",
+        "toy-library",
+        "bfcl-gen",
+        "bfcl",
+        "tau2-airline",
+        "tau2-retail",
+        "tau2-mock",
+        "vita-delivery-zh",
+        "vita-delivery-en",
+        "vita-instore",
     ]
-    # τ² only: the simulated user's model ("" = replay each task's scripted opening)
+    # τ² and VitaBench only: the simulated user's model ("" = replay each task's scripted opening)
     user: str = ""
+    # τ² and VitaBench evals only: the judge (τ²'s NL assertions; every VitaBench score), an
+    # endpoint or a model as for ``user``. "" = episodes that need a judge are stored unscored.
+    judge: str = ""
     steps: int = Field(default=2, ge=1, le=100_000)
     episodes: int = Field(default=8, ge=1, le=10_000)
     group: int = Field(default=4, ge=1, le=64)
@@ -142,6 +166,14 @@ class LaunchRequest(BaseModel):
     def _known_user(cls, value: str) -> str:
         value = value.strip()
         if not value or value.startswith("openai+http"):  # an OpenAI-compatible endpoint
+            return value
+        return known_model(value)
+
+    @field_validator("judge")
+    @classmethod
+    def _known_judge(cls, value: str) -> str:
+        value = value.strip()
+        if not value or value.startswith(("http://", "https://", "openai+http")):  # an endpoint
             return value
         return known_model(value)
 
@@ -204,6 +236,7 @@ class LaunchRequest(BaseModel):
                 "--run-dir",
                 "{run_dir}",
                 *(["--user", self.user] if self.user else []),
+                *(["--judge", self.judge] if self.judge else []),
             ]
         if self.kind == "sweep":
             return [
@@ -244,15 +277,20 @@ class LaunchRequest(BaseModel):
 
     @model_validator(mode="after")
     def _tau2_needs(self) -> LaunchRequest:
-        if self.suite in TAU2 and self.kind in CONFIGURED:
+        if self.suite in USER_SUITES and self.kind in CONFIGURED:
             raise ValueError(
                 f"{self.kind} on {self.suite} is not available: training with a simulated user "
                 "in the loop is not wired yet; evaluate (eval), sweep or roll out instead"
             )
-        if self.user and (self.suite not in TAU2 or self.kind not in USER_KINDS):
+        if self.user and (self.suite not in USER_SUITES or self.kind not in USER_KINDS):
             raise ValueError(
-                f"user: a simulated user takes part only in eval jobs on a tau2 suite "
+                f"user: a simulated user takes part only in eval jobs on a tau2 or vita suite "
                 f"(got {self.kind} on {self.suite}); clear the user field"
+            )
+        if self.judge and (self.suite not in USER_SUITES or self.kind != "eval"):
+            raise ValueError(
+                f"judge: a judge scores only eval jobs on a tau2 or vita suite "
+                f"(got {self.kind} on {self.suite}); clear the judge field"
             )
         return self
 

@@ -77,6 +77,21 @@ def test_launch_form_offers_every_suite_and_tau2_takes_a_user():
         runs.forms.parse({"kind": "eval", "model": "tiny", "suite": "tau2-mock", "user": "gpt-17"})
 
 
+def test_a_vita_eval_takes_a_user_and_a_judge_and_nothing_else_takes_a_judge():
+    form = {"kind": "eval", "model": "tiny", "suite": "vita-delivery-en", "user": "tiny"}
+    argv = runs.forms.parse({**form, "judge": " http://127.0.0.1:30000 "}).argv()
+    assert argv[argv.index("--judge") + 1] == "http://127.0.0.1:30000"
+    assert "--judge" not in runs.forms.parse(form).argv()  # stored unscored
+    local = runs.forms.parse({**form, "judge": "tiny"}).argv()
+    assert local[local.index("--judge") + 1] == "tiny"
+    with pytest.raises(runs.forms.FormError, match="unknown model 'judge-llm'"):
+        runs.forms.parse({**form, "judge": "judge-llm"})
+    with pytest.raises(runs.forms.FormError, match="judge: a judge scores only eval jobs"):
+        runs.forms.parse({"kind": "eval", "model": "tiny", "suite": "toy", "judge": "http://h:1"})
+    with pytest.raises(runs.forms.FormError, match="training with a simulated user"):
+        runs.forms.parse({"kind": "train", "model": "tiny", "suite": "vita-instore"})
+
+
 def test_the_sweep_form_passes_the_schema_check_on():
     form = {"kind": "sweep", "model": "tiny", "suite": "toy", "modes": ("select",)}
     assert "--check-calls" not in runs.forms.parse(form).argv()

@@ -19,6 +19,7 @@ from envace_engine.cli.models import DtypeOpt
 from envace_engine.cli.users import (
     BasisOpt,
     JudgeOpt,
+    JudgeTokensOpt,
     StepsOpt,
     UserOpt,
     UserTempOpt,
@@ -49,12 +50,14 @@ SuiteOpt = Annotated[
     str,
     typer.Option(
         "--suite",
-        help="task suite: toy, bfcl-gen, bfcl, tau2-airline, tau2-retail, mcp:PATH/suite.toml",
+        help="task suite (`envace tasks list`) or mcp:PATH/suite.toml",
     ),
 ]
 SplitOpt = Annotated[
     str | None,
-    typer.Option("--split", help="split (default: validation; bfcl: base = multi_turn_base)"),
+    typer.Option(
+        "--split", help="split (default: validation; tau2, vita: test; bfcl: base = multi_turn)"
+    ),
 ]
 TasksOpt = Annotated[int, typer.Option("--n-tasks", "--tasks", min=1, help="first K tasks")]
 RepeatsOpt = Annotated[int, typer.Option("--repeats", min=1, help="episodes per task (pass^k)")]
@@ -115,15 +118,11 @@ def _tasks(
     suite_name: str, split: str | None, n_tasks: int, basis: str | None = None
 ) -> tuple[Any, list[Any], list[Any]]:
     """The suite, its first ``n_tasks`` tasks of ``split`` and the worked-example pool."""
-    from envace_engine.environments import get_suite
+    from envace_engine.environments import example_pool, get_suite, held_out_split
 
     suite = get_suite(suite_name, basis)
-    held_out = "test" if suite_name.startswith("tau2-") else "validation"
-    split = split or ("base" if suite_name == "bfcl" else held_out)
-    tasks = suite.tasks(split)[:n_tasks]
-    # bfcl is held out (no train split): worked examples come from bfcl-gen, same backends.
-    pool = get_suite("bfcl-gen").tasks("train") if suite_name == "bfcl" else suite.tasks("train")
-    return suite, tasks, pool
+    tasks = suite.tasks(split or held_out_split(suite_name))[:n_tasks]
+    return suite, tasks, example_pool(suite)
 
 
 class CheckpointMeter:
@@ -409,12 +408,13 @@ def eval_command(
     max_steps: StepsOpt = 200,
     user_max_new_tokens: UserTokensOpt = 128,
     user_temperature: UserTempOpt = 0.0,
+    judge_max_new_tokens: JudgeTokensOpt = 1024,
     report_to: ReportOpt = "none",
 ) -> None:
     """Evaluate a model in the real environment (optionally after private rehearsal)."""
     from envace_engine.cli.train import ProgressSink, tracked
-    from envace_engine.cli.users import judge_config, with_user
-    from envace_engine.rollout.rewards import make_reward
+    from envace_engine.cli.users import make_judge, with_user
+    from envace_engine.rollout.rewards import state_reward
     from envace_engine.testtime.evaluate import evaluate
 
     if len(model) != 1:
@@ -423,6 +423,7 @@ def eval_command(
     job = _prepare(suite, split, n_tasks, opts)
     (checkpoint,) = _checkpoints(model, batch_size, dtype)
     job = with_user(job, opts, model[0], checkpoint, batch_size)
+    judge = make_judge(judge_url, model[0], checkpoint, batch_size, opts)
     writer = open_writer(root, run_dir, "eval", model[0], suite, job.record)
     with writer, tracked(writer, report_to, writer.run_id, job.record) as inner:
         sampler = checkpoint.sampler
@@ -438,7 +439,7 @@ def eval_command(
                 checkpoint.tokenizer,
                 job.rollout,
                 job.config,
-                make_reward("state", job.suite, judge_config(judge_url)),
+                state_reward(job.suite, judge),
                 example_pool=job.pool,
                 run_id="ev",
                 progress=sink.progress,
@@ -537,6 +538,7 @@ _RECORDED = frozenset(
         "max_steps",
         "user_max_new_tokens",
         "user_temperature",
+        "judge_max_new_tokens",
         "dtype",
     }
 )

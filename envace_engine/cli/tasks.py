@@ -16,22 +16,16 @@ app = typer.Typer(help="Task suites and task files (JSONL).", no_args_is_help=Tr
 @app.command("list")
 def list_suites() -> None:
     """List the suites with their splits and task counts."""
-    from envace_engine.environments import get_suite, suite_names
+    from envace_engine.environments import get_suite, suite_names, whole_splits
 
+    width = max(len(name) for name in suite_names())
     for name in suite_names():
         suite = get_suite(name)
         splits: tuple[str, ...] = ("test", "base", "miss_func", "miss_param", "long_context")
         if name != "bfcl":
-            splits = ("train", "test") if name.startswith("tau2-") else ("train", "validation")
+            splits = ("train", "test") if name.startswith("tau2-") else whole_splits(name)
         counts = ", ".join(f"{split} {len(suite.tasks(split))}" for split in splits)
-        typer.echo(f"{name:9s} {counts}")
-
-
-def _check_splits(name: str) -> tuple[str, ...]:
-    """The splits that hold every task of a suite once."""
-    if name == "bfcl":
-        return ("test",)
-    return ("base",) if name.startswith("tau2-") else ("train", "validation")
+        typer.echo(f"{name:{width}s} {counts}")
 
 
 @app.command("check")
@@ -49,12 +43,12 @@ def check(
 
     Exits 1 when a scored reference solution falls short (never for ``--agent nothing``).
     """
-    from envace_engine.environments import get_suite
+    from envace_engine.environments import get_suite, whole_splits
     from envace_engine.environments.check import check_suite
 
     try:
         chosen = get_suite(suite, basis)
-        splits = (split,) if split else _check_splits(suite)
+        splits = (split,) if split else whole_splits(suite)
         tasks = [t for s in splits for t in chosen.tasks(s)]
         report = check_suite(chosen, tasks, agent)
     except ValueError as err:

@@ -1,10 +1,12 @@
-"""The ``--user``, ``--basis`` and ``--judge-url`` options of ``envace eval``: parsing and wiring.
+"""The ``--user``, ``--basis`` and ``--judge`` options of ``envace eval``: parsing and wiring.
 
-``--user`` names the simulated user of a τ² evaluation: a model name or checkpoint directory
-(the embedded engine; the agent's own sampler is reused when it is the same model), an SGLang
-spec (``sglang+http://HOST:PORT``), or an OpenAI-compatible endpoint
-(``openai+http://HOST:PORT[?model=NAME]``). The user is never trained and samples greedily,
-as τ²'s does.
+``--user`` names the simulated user of a τ² or VitaBench evaluation: a model name or checkpoint
+directory (the embedded engine; the agent's own sampler is reused when it is the same model), an
+SGLang spec (``sglang+http://HOST:PORT``), or an OpenAI-compatible endpoint
+(``openai+http://HOST:PORT[?model=NAME]``). The user is never trained and samples greedily, as
+τ²'s and VitaBench's do. ``--judge`` (alias ``--judge-url``) is the judge both suites' scores
+need (VitaBench: all of them), an endpoint or an embedded model named the same ways; without
+one those episodes are stored unscored.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ UserOpt = Annotated[
     str | None,
     typer.Option(
         "--user",
-        help="simulated user (tau2): model name, checkpoint dir, sglang+http://HOST:PORT or "
+        help="simulated user (tau2, vita): model name, checkpoint dir, sglang+http://HOST:PORT or "
         "openai+http://HOST:PORT[?model=NAME]; default: replay the task's scripted opening",
     ),
 ]
@@ -30,7 +32,16 @@ BasisOpt = Annotated[
 ]
 JudgeOpt = Annotated[
     str | None,
-    typer.Option("--judge-url", help="OpenAI-compatible judge for tau2 NL assertions"),
+    typer.Option(
+        "--judge",
+        "--judge-url",
+        help="judge of tau2 NL assertions and of every vita score (none: those stay unscored): "
+        "http://HOST:PORT or openai+http://HOST:PORT[?model=NAME] (OpenAI-compatible), "
+        "or a model name or checkpoint dir (the embedded engine)",
+    ),
+]
+JudgeTokensOpt = Annotated[
+    int, typer.Option("--judge-max-new-tokens", min=1, help="tokens per embedded-judge reply")
 ]
 StepsOpt = Annotated[
     int, typer.Option("--max-steps", min=1, help="messages per simulated-user conversation")
@@ -41,6 +52,18 @@ UserTokensOpt = Annotated[
 UserTempOpt = Annotated[
     float, typer.Option("--user-temperature", min=0.0, help="simulated user's temperature (τ²: 0)")
 ]
+
+
+def _embedded(spec: str, model: str, checkpoint: Any, batch_size: int) -> tuple[Any, Any]:
+    """The sampler and tokenizer of model ``spec`` (the agent's own when it is the same)."""
+    if spec == model:  # one model plays several parts: share its weights and sampler
+        return checkpoint.sampler, checkpoint.tokenizer
+    from envace_engine.models import load_tokenizer, resolve
+    from envace_engine.samplers import make_sampler
+
+    resolved = resolve(spec)
+    tokenizer = load_tokenizer(resolved)
+    return make_sampler(resolved, tokenizer=tokenizer, batch_size=batch_size), tokenizer
 
 
 def make_user(spec: str, model: str, checkpoint: Any, batch_size: int, opts: dict[str, Any]) -> Any:
@@ -56,15 +79,7 @@ def make_user(spec: str, model: str, checkpoint: Any, batch_size: int, opts: dic
             parse_endpoint(spec), max_tokens=max_new_tokens, temperature=temperature
         )
         return EndpointUser(endpoint)
-    if spec == model:  # one model plays both sides: share its weights and sampler
-        sampler, tokenizer = checkpoint.sampler, checkpoint.tokenizer
-    else:
-        from envace_engine.models import load_tokenizer, resolve
-        from envace_engine.samplers import make_sampler
-
-        resolved = resolve(spec)
-        tokenizer = load_tokenizer(resolved)
-        sampler = make_sampler(resolved, tokenizer=tokenizer, batch_size=batch_size)
+    sampler, tokenizer = _embedded(spec, model, checkpoint, batch_size)
     return SamplerUser(sampler, tokenizer, max_new_tokens, temperature, seed=opts["seed"])
 
 
@@ -80,8 +95,27 @@ def with_user(job: Any, opts: dict[str, Any], model: str, checkpoint: Any, batch
     return replace(job, rollout=replace(job.rollout, user=user))
 
 
-def judge_config(url: str | None) -> Any:
-    """The judge endpoint for τ²'s NL assertions (None: NL-gated tasks stay unscored)."""
-    from envace_engine.rollout.rewards import JudgeConfig
+def make_judge(
+    spec: str | None, model: str, checkpoint: Any, batch_size: int, opts: dict[str, Any]
+) -> Any:
+    """The judge named by ``--judge`` (None: none; episodes that need one stay unscored)."""
+    if not spec:
+        return None
+    if spec.startswith(("http://", "https://", "openai+")):
+        from envace_engine.rollout.endpoints import NlJudge, parse_endpoint
+        from envace_engine.rollout.rewards import JudgeConfig, judge_endpoint
 
-    return JudgeConfig(url=url) if url else None
+        plain = spec.startswith("http")
+        try:
+            endpoint = judge_endpoint(JudgeConfig(spec)) if plain else parse_endpoint(spec)
+        except ValueError as err:
+            raise typer.BadParameter(str(err), param_hint="--judge") from err
+        tokens = JudgeConfig(spec).max_tokens
+        return NlJudge(replace(endpoint, max_tokens=tokens, temperature=0.0))
+    from envace_engine.rollout.judges import SamplerJudge
+
+    try:
+        sampler, tokenizer = _embedded(spec, model, checkpoint, batch_size)
+    except (ValueError, RuntimeError) as err:
+        raise typer.BadParameter(str(err), param_hint="--judge") from err
+    return SamplerJudge(sampler, tokenizer, opts["judge_max_new_tokens"], seed=opts["seed"])

@@ -1,11 +1,13 @@
 """Executable environments and task suites (``toy``, ``toy-library``, ``bfcl``, ``bfcl-gen``,
-``tau2-*``).
+``tau2-*``, ``vita-*``).
 
 ``get_suite(name, basis=None)`` returns a ``Suite`` (environments/base.py): ``tasks(split)``,
 ``make_env`` and ``score``. Splits: ``train`` / ``validation`` for the generated suites (``toy``,
 ``toy-library``, ``bfcl-gen``); ``test`` (or one category: ``base``, ``miss_func``, ``miss_param``,
 ``long_context``) for ``bfcl``; ``train`` / ``test`` / ``base`` for ``tau2-airline``,
-``tau2-retail`` and ``tau2-mock`` (tests). ``basis`` picks a scoring basis where a suite has
+``tau2-retail`` and ``tau2-mock`` (tests); ``test`` for ``vita-delivery-zh``,
+``vita-delivery-en`` and ``vita-instore`` (VitaBench, judged by an LLM: environments/vita).
+``basis`` picks a scoring basis where a suite has
 several (``ScoringBasis``: bfcl ``official``|``strict``, τ² ``official``|``legacy``; None is the
 suite's default). ``reference_match`` is the execution-free ``reference`` reward. Suites are
 created once per (name, basis) and per process and cache their tasks. Task files: docs/tasks.md.
@@ -21,8 +23,18 @@ from functools import cache
 
 from envace_engine.environments.base import Environment, Suite
 from envace_engine.environments.reference import reference_match
+from envace_engine.types import Task
 
-__all__ = ["Environment", "Suite", "get_suite", "reference_match", "suite_names"]
+__all__ = [
+    "Environment",
+    "Suite",
+    "example_pool",
+    "get_suite",
+    "held_out_split",
+    "reference_match",
+    "suite_names",
+    "whole_splits",
+]
 
 
 def _bfcl(basis: str | None) -> Suite:
@@ -61,6 +73,15 @@ def _tau2(domain: str) -> Callable[[str | None], Suite]:
     return make
 
 
+def _vita(domain: str, language: str) -> Callable[[str | None], Suite]:
+    def make(basis: str | None) -> Suite:
+        from envace_engine.environments.vita.suite import VitaSuite
+
+        return VitaSuite(domain, language, basis or "official")
+
+    return make
+
+
 def _one_basis(name: str, basis: str | None) -> None:
     if basis is not None:
         raise ValueError(
@@ -77,6 +98,9 @@ _FACTORIES: dict[str, Callable[[str | None], Suite]] = {
     "tau2-airline": _tau2("airline"),
     "tau2-retail": _tau2("retail"),
     "tau2-mock": _tau2("mock"),
+    "vita-delivery-zh": _vita("delivery", "zh"),
+    "vita-delivery-en": _vita("delivery", "en"),
+    "vita-instore": _vita("instore", "en"),
 }
 
 
@@ -105,3 +129,30 @@ def get_suite(name: str, basis: str | None = None) -> Suite:
         valid = ", ".join([*_FACTORIES, f"{MCP_PREFIX}PATH"])
         raise ValueError(f"unknown suite {name!r}; valid suites: {valid}")
     return _FACTORIES[name](basis)
+
+
+def _family(name: str) -> str:
+    return name.split("-")[0] if name.startswith(("tau2-", "vita-")) else name
+
+
+def held_out_split(name: str) -> str:
+    """The split an evaluation of suite ``name`` uses unless told: ``test`` for the τ² and
+    VitaBench suites, ``base`` (multi_turn_base) for bfcl, ``validation`` for the others."""
+    return {"tau2": "test", "vita": "test", "bfcl": "base"}.get(_family(name), "validation")
+
+
+def whole_splits(name: str) -> tuple[str, ...]:
+    """The splits that hold every task of suite ``name`` exactly once."""
+    named = {"tau2": ("base",), "vita": ("test",), "bfcl": ("test",)}
+    return named.get(_family(name), ("train", "validation"))
+
+
+def example_pool(suite: Suite) -> list[Task]:
+    """The tasks worked examples come from: the suite's ``train`` split; for bfcl (held out,
+    no train split) bfcl-gen's, whose backends are the same; none for VitaBench, whose every
+    task is a test task (its prompts carry no worked examples)."""
+    if suite.name == "bfcl":
+        return get_suite("bfcl-gen").tasks("train")
+    if _family(suite.name) == "vita":
+        return []
+    return suite.tasks("train")

@@ -23,6 +23,21 @@ from envace_engine.types import Episode, StopReason, Task, ToolCall, ToolResult
 NlJudge = Callable[[str, Sequence[str]], Sequence[bool] | None]
 
 
+@runtime_checkable
+class ChatJudge(Protocol):
+    """A judge that can also hold a suite's own conversation with its model (VitaBench's
+    rubric windows): ``complete`` sends chat messages and returns the reply's text, or None
+    when the endpoint failed. The endpoint judge (``rollout.endpoints.NlJudge``) is one."""
+
+    def __call__(self, conversation: str, assertions: Sequence[str]) -> Sequence[bool] | None:
+        """Whether each assertion holds for the conversation (τ²'s NL assertions)."""
+        ...
+
+    def complete(self, messages: list[dict[str, str]]) -> str | None:
+        """One chat completion's text (None: the endpoint failed)."""
+        ...
+
+
 class EnvironmentFault(RuntimeError):
     """The environment broke, not the agent's call: its process exited, a call hung past the
     timeout, or it answered off-protocol. ``stop`` is the stop reason the episode ends with;

@@ -1,4 +1,4 @@
-"""OpenAI-compatible chat endpoints as a simulated user and as τ²'s NL-assertion judge.
+"""OpenAI-compatible chat endpoints as a simulated user and as a judge (rollout/judges.py).
 
 Both speak ``POST {url}/v1/chat/completions`` (SGLang, vLLM or any OpenAI-style server) over
 httpx, retry a failed request a few times and turn every failure into data: a ``UserReply``
@@ -8,14 +8,13 @@ is unscorable, never silently 0). τ² samples both at temperature 0.
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
+from envace_engine.rollout.judges import ChatNlJudge
 from envace_engine.rollout.user import (
     UserReply,
     UserRequest,
@@ -97,45 +96,14 @@ class EndpointUser:
         return parse_user_text(content)
 
 
-NL_SYSTEM = (
-    "You judge a customer-service conversation against a list of expected outcomes. For each "
-    "outcome, decide whether the conversation meets it. Reply with JSON only: "
-    '{"results": [{"expectedOutcome": "...", "reasoning": "...", "metExpectation": true}, ...]}'
-    " with one entry per outcome, in order."
-)
-
-
-def parse_nl_verdict(text: str, n: int) -> list[bool] | None:
-    """Per-assertion verdicts from the judge's JSON, or None if it does not parse or count."""
-    match = re.search(r"\{.*\}", text, flags=re.DOTALL)
-    if match is None:
-        return None
-    try:
-        results = json.loads(match.group(0)).get("results")
-    except (json.JSONDecodeError, AttributeError):
-        return None
-    if not isinstance(results, list) or len(results) != n:
-        return None
-    met = [r.get("metExpectation") if isinstance(r, dict) else None for r in results]
-    return met if all(isinstance(m, bool) for m in met) else None  # type: ignore[return-value]
-
-
-class NlJudge:
-    """τ²'s NL-assertion judge over an endpoint: callable as ``environments.base.NlJudge``."""
+class NlJudge(ChatNlJudge):
+    """The judge over an endpoint: ``environments.base.NlJudge`` (τ²'s NL assertions) and
+    ``ChatJudge`` (``complete``: a suite's own judging chat, VitaBench's)."""
 
     def __init__(self, endpoint: Endpoint, client: httpx.Client | None = None) -> None:
         self.endpoint = endpoint
         self.client = client or httpx.Client(timeout=endpoint.timeout_s)
 
-    def __call__(self, conversation: str, assertions: Sequence[str]) -> list[bool] | None:
-        """Whether each assertion holds for the conversation (None: no usable verdict)."""
-        listed = "\n".join(f"{i + 1}. {a}" for i, a in enumerate(assertions))
-        messages = [
-            {"role": "system", "content": NL_SYSTEM},
-            {
-                "role": "user",
-                "content": f"Conversation:\n{conversation}\n\nExpected outcomes:\n{listed}",
-            },
-        ]
-        content = chat(self.endpoint, messages, self.client)
-        return None if content is None else parse_nl_verdict(content, len(assertions))
+    def complete(self, messages: list[dict[str, str]]) -> str | None:
+        """One greedy chat completion's text, or None after the retries failed."""
+        return chat(self.endpoint, messages, self.client)

@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from envace_engine import environments
 from envace_engine.config import ROLLOUT_DEFAULTS as _D
 from envace_engine.environments.base import (
     Environment,
@@ -51,7 +52,7 @@ from envace_engine.rollout.prompts import (
 )
 from envace_engine.rollout.tokens import ChatTokenizer, TokenSequence
 from envace_engine.rollout.turns import Turns
-from envace_engine.rollout.user import UserSimulator
+from envace_engine.rollout.user import AGENT_STOP, UserSimulator
 from envace_engine.samplers.base import Generation, Sampler, SamplingParams, Session, SessionSampler
 from envace_engine.seeds import derive_seed
 from envace_engine.types import (
@@ -314,7 +315,9 @@ class _Runner:
             live.end(StopReason.TRUNCATED, "reply cut by max_new_tokens_act without a tool call")
         else:
             live.answers.append(parsed.content)
-            if self.config.user is not None:
+            if self.config.user is not None and AGENT_STOP in parsed.content:
+                live.end(StopReason.DONE, "the agent ended the conversation")
+            elif self.config.user is not None:
                 live.to_user = True  # the reply stays pending until the user's message
             elif live.turn + 1 < len(live.task.user_turns):
                 live.turn += 1
@@ -535,7 +538,7 @@ def rollout(
     if any(not t.user_turns for t in tasks):
         raise ValueError("every task needs at least one user turn")
     if example_pool is None:
-        example_pool = suite.tasks("train") if config.n_examples > 0 else []
+        example_pool = environments.example_pool(suite) if config.n_examples > 0 else []
     prefix = run_id or uuid.uuid4().hex[:8]
     runner = _Runner(sampler, tokenizer, config, suite)
     lives: list[Live] = []

@@ -75,7 +75,9 @@ class JudgeConfig:
     model: str = "judge"
     timeout_s: float = 60.0
     max_retries: int = 2
-    max_tokens: int = 512
+    # A ceiling, not a length: VitaBench's judge restates every rubric with a justification
+    # in JSON (up to ~20 rubrics per task), which 512 tokens would cut mid-list.
+    max_tokens: int = 4096
 
 
 JUDGE_SYSTEM = (

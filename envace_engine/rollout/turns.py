@@ -7,12 +7,14 @@ reads as act / world micro-steps and this file as the conversation protocol arou
   (BFCL ``miss_func``) the schemas of tools offered from this turn on lead its text, as BFCL's
   prompting format does ("{functions}\\nI have updated some more functions...") — only that
   suffix is tokenised, so the earlier prompt and the sampled ids are untouched;
-* **a simulated user** (``RolloutConfig.user``; τ²): the conversation opens with the agent's
-  greeting and the user speaks first; after each final answer of the agent, and after
-  ``max_turns`` replies without one (the turn ends, not the episode), the user writes the next
-  message (``Role.SIMULATED_USER``). Its stop tokens end the episode (``user_stop``), a broken
-  reply ends it with ``user_error``; ``max_steps`` messages (``max_steps``) and
-  ``max_tool_errors`` error results (``too_many_errors``) end a conversation that never stops.
+* **a simulated user** (``RolloutConfig.user``; τ², VitaBench): the conversation opens with the
+  agent's greeting (the task's own, or τ²'s) and the user speaks first; the agent's
+  ``###STOP###`` in a final answer ends the episode (``done``); after each other final answer
+  of the agent, and after ``max_turns`` replies without one (the turn ends, not the episode),
+  the user writes the next message (``Role.SIMULATED_USER``). Its stop tokens end the episode
+  (``user_stop``), a broken reply ends it with ``user_error``; ``max_steps`` messages
+  (``max_steps``) and ``max_tool_errors`` error results (``too_many_errors``) end a
+  conversation that never stops.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from envace_engine.rollout.prompts import (
     tools_text,
 )
 from envace_engine.rollout.tokens import ChatTokenizer
-from envace_engine.rollout.user import GREETING, UserReply, UserRequest, UserSimulator
+from envace_engine.rollout.user import UserReply, UserRequest, UserSimulator, greeting_of
 from envace_engine.types import CallRecord, Role, StopReason, Task
 
 
@@ -102,7 +104,7 @@ class Turns:
         if self.config.user is None:
             messages = act_messages(task, tools, examples)
             return messages, self.chat.prompt_ids(messages)
-        messages = conversation_head(task, tools, GREETING, examples)
+        messages = conversation_head(task, tools, greeting_of(task), examples)
         text = render(self.chat.tokenizer, messages, add_generation_prompt=False)
         return messages, self.chat.encode(text)
 
@@ -146,7 +148,7 @@ class Turns:
 
     def _user_view(self, live: Live) -> tuple[Message, ...]:
         """The conversation as the user sees it (agent texts only, no tool traffic)."""
-        view = [Message("assistant", GREETING)]
+        view = [Message("assistant", greeting_of(live.task))]
         for i, text in enumerate(live.user_texts):
             view.append(Message("user", text))
             if i < len(live.answers):

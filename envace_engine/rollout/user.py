@@ -3,11 +3,13 @@
 τ²-bench (docs/tasks.md, "τ²-bench") needs a user that talks back. The episode loop asks a
 ``UserSimulator`` for the next user message of every episode waiting for one, as one batch:
 
-* the conversation opens with τ²'s fixed agent greeting (``GREETING``), which the user answers;
+* the conversation opens with the agent's fixed greeting (``greeting_of``: the task's own, or
+  τ²'s ``GREETING``), which the user answers;
 * the user sees the conversation with roles flipped (the agent's texts as ``user``, its own turns
   as ``assistant``) and never the agent's tool calls or results;
 * ``###STOP###``, ``###TRANSFER###`` or ``###OUT-OF-SCOPE###`` in its message ends the episode
-  (``user_stop``); an empty message, a tool call or a failed generation is a protocol error
+  (``user_stop``); the agent's ``AGENT_STOP`` in a final answer ends it too (``done``); an
+  empty message, a tool call or a failed generation is a protocol error
   (``user_error``). The user is never trained.
 
 ``SamplerUser`` plays the user with any ``Sampler`` (the embedded model, SGLang) and its own
@@ -29,6 +31,8 @@ from envace_engine.types import Task, TaskKey
 
 GREETING = "Hi! How can I help you today?"
 STOP_TOKENS = ("###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###")
+# The agent ends a simulated-user conversation by writing this in a final answer (τ², VitaBench).
+AGENT_STOP = "###STOP###"
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,11 @@ def user_messages(system: str, conversation: Sequence[Message]) -> list[Message]
     """The user model's chat: its system prompt, then the conversation with roles flipped."""
     flip = {"assistant": "user", "user": "assistant"}
     return [Message("system", system), *(Message(flip[m.role], m.content) for m in conversation)]
+
+
+def greeting_of(task: Task) -> str:
+    """The agent's fixed first message: the task's own (``TaskKey.GREETING``) or τ²'s."""
+    return str(task.meta.get(TaskKey.GREETING) or GREETING)
 
 
 def user_system_of(task: Task) -> str:

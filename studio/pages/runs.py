@@ -356,9 +356,15 @@ def build(ctx: Studio, user: gr.State, tab: gr.Tab, loads: PageLoads) -> None:
                 suite = gr.Dropdown(list(forms.SUITES), value="toy", label="task suite")
                 sim_user = gr.Textbox(
                     "",
-                    label="simulated user (tau2 eval)",
+                    label="simulated user (tau2, vita eval)",
                     placeholder="model or openai+http://HOST:PORT; empty: scripted opening",
                     elem_id="launch-user",
+                )
+                judge = gr.Textbox(
+                    "",
+                    label="judge (tau2, vita eval)",
+                    placeholder="model or http://HOST:PORT; empty: stored unscored",
+                    elem_id="launch-judge",
                 )
             with gr.Row():
                 steps = gr.Number(
@@ -425,6 +431,7 @@ def build(ctx: Studio, user: gr.State, tab: gr.Tab, loads: PageLoads) -> None:
         "model": model,
         "suite": suite,
         "user": sim_user,
+        "judge": judge,
         "steps": steps,
         "episodes": episodes,
         "group": group,

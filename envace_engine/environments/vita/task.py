@@ -34,6 +34,11 @@ from envace_engine.environments.vita.prompts import (
 from envace_engine.types import Task, TaskKey
 
 
+def suite_name(domain_name: str, language: str) -> str:
+    """The suite of a task set: the language is part of the name where a set has two."""
+    return f"vita-{domain_name}" if domain_name == "instore" else f"vita-{domain_name}-{language}"
+
+
 def task_id(domain_name: str, language: str, vita_id: str) -> str:
     """The engine's id of a VitaBench task."""
     return f"vita-{domain_name}/{language}/{vita_id}"
@@ -44,7 +49,7 @@ def build_task(domain_name: str, language: str, spec: TaskSpec, opening: str) ->
     check(domain_name, language)
     return Task(
         id=task_id(domain_name, language, spec.id),
-        suite=f"vita-{domain_name}",
+        suite=suite_name(domain_name, language),
         user_turns=(opening,),
         tools=tuple(domain(domain_name, language).schemas),
         initial_state=agent_db(spec),
@@ -53,7 +58,7 @@ def build_task(domain_name: str, language: str, spec: TaskSpec, opening: str) ->
             LANGUAGE_KEY: language,
             "vita_id": spec.id,
             "time": time_text(spec.environment.time, language),
-            "greeting": GREETINGS[language],
+            TaskKey.GREETING: GREETINGS[language],
             TaskKey.POLICY: agent_system_prompt(spec, language),
             TaskKey.USER_SYSTEM: user_system_prompt(spec, language),
             "evaluation": {
