@@ -16,6 +16,7 @@ import pytest
 
 from envace_engine.environments import get_suite, suite_names
 from envace_engine.environments.base import EpisodeScorer
+from envace_engine.environments.vita.comparable import comparability
 from envace_engine.environments.vita.dataset import task_spec
 from envace_engine.environments.vita.judge import (
     Line,
@@ -266,3 +267,14 @@ def test_an_embedded_model_judges_and_a_prompt_past_its_context_is_unscored(toke
     short = SamplerJudge(scripted, tokenizer, context_limit=512)
     assert suite.score_episode(task, episode, short).reward is None
     assert short.failures == 1 and "exceeds the context" in short.last_error
+
+
+def test_every_vita_run_says_what_its_scores_compare_with() -> None:
+    local = comparability("vita-delivery-en", {"user": "smollm2-135m", "judge_url": "smollm2-135m"})
+    assert "user `smollm2-135m`, judge `smollm2-135m`" in local
+    assert "local models, not leaderboard-comparable" in local
+    unjudged = comparability("vita-instore", {"user": "openai+http://h:1?model=u"})
+    assert "none (episodes stored unscored)" in unjudged and "not leaderboard" in unjudged
+    served = {"user": "openai+http://h:1?model=u", "judge_url": "http://h:2"}
+    assert "only if these serve upstream's models" in comparability("vita-instore", served)
+    assert comparability("tau2-airline", served) == ""

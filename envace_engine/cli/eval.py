@@ -33,6 +33,7 @@ from envace_engine.config import (
     SamplerDtype,
 )
 from envace_engine.config import ROLLOUT_DEFAULTS as _D
+from envace_engine.environments.vita.comparable import comparability
 from envace_engine.samplers.base import TokenCounting
 from envace_engine.testtime.memory import MemoryConfig
 
@@ -453,6 +454,11 @@ def eval_command(
     typer.echo(_table(_eval_rows(result)))
     typer.echo(f"run {writer.run_id} in {writer.path}")
     typer.echo(json.dumps({k: round(v, 4) for k, v in metrics.items()}))
+    if metrics.get("eval/unscored"):
+        typer.echo(f"{metrics['eval/unscored']:.0f} episode(s) unscored: no judge, or it failed")
+    note = comparability(suite, job.record)
+    if note:
+        typer.echo(note.replace("**", ""))
 
 
 def sweep_command(

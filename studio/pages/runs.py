@@ -11,6 +11,7 @@ from typing import cast
 import gradio as gr
 import pandas as pd
 
+from envace_engine.environments.vita.comparable import comparability
 from envace_engine.tracking import tracker_note
 from studio import charts, forms
 from studio.auth import AuthError
@@ -180,14 +181,16 @@ def progress_text(ctx: Studio, run_id: str | None) -> str:
 
 
 def tracker_text(ctx: Studio, run_id: str | None) -> str:
-    """Where the selected run's tracker copy is, from its stored config (empty without one)."""
+    """Where the selected run's tracker copy is, and what a VitaBench run's scores can be
+    compared with, from its stored manifest (empty when neither applies)."""
     if not run_id:
         return ""
     try:
-        config = ctx.store.run(run_id).manifest.config
+        manifest = ctx.store.run(run_id).manifest
     except (KeyError, ValueError):
         return ""
-    return tracker_note(config, run_id)
+    notes = (tracker_note(manifest.config, run_id), comparability(manifest.suite, manifest.config))
+    return "\n\n".join(n for n in notes if n)
 
 
 # Rates in [0, 1] only: counts such as fidelity/pairs would flatten the scale.
