@@ -79,7 +79,9 @@ class MetaKey:
     ``IMAGINED_IDS`` on a committed episode, and in ``select`` mode ``SELECTED`` (the index of
     the imagined episode whose first reply it replayed, or None) and ``OUTLOOKS`` (how each
     imagined episode looked); ``IMAGINED_FOR``, ``INDEX``, ``MEMORY_BEFORE`` on an imagined one.
-    Scoring: ``SCORE_BASIS`` (the basis a suite with several scores by, docs/tasks.md).
+    Scoring: ``SCORE_BASIS`` (the basis a suite with several scores by, docs/tasks.md);
+    ``SCORE_PARTS`` (a whole-episode score's named parts, ``Score.components``: τ²'s reward
+    components, VitaBench's ``rubric_score`` and ``order_check``).
     Simulated users: ``USER_MESSAGES`` (the user's messages, in order).
     """
 
@@ -104,6 +106,7 @@ class MetaKey:
     INDEX = "index"
     MEMORY_BEFORE = "memory_before"
     SCORE_BASIS = "score_basis"
+    SCORE_PARTS = "score_parts"
     USER_MESSAGES = "user_messages"
 
 

@@ -30,9 +30,10 @@ from envace_engine.environments.vita.suite import order_check
 from envace_engine.rollout.endpoints import Endpoint, NlJudge
 from envace_engine.rollout.judges import SamplerJudge
 from envace_engine.rollout.loop import RolloutConfig, rollout
-from envace_engine.rollout.rewards import state_reward
+from envace_engine.rollout.rewards import PartsReward, state_reward
 from envace_engine.rollout.user import ScriptedUser
-from envace_engine.types import Mode, StopReason, ToolCall
+from envace_engine.testtime.evaluate import part_means
+from envace_engine.types import MetaKey, Mode, StopReason, ToolCall
 from tests.kv_world import ScriptedSampler, call_text, last_message
 from tests.openai_server import chat_server
 
@@ -278,3 +279,14 @@ def test_every_vita_run_says_what_its_scores_compare_with() -> None:
     served = {"user": "openai+http://h:1?model=u", "judge_url": "http://h:2"}
     assert "only if these serve upstream's models" in comparability("vita-instore", served)
     assert comparability("tau2-airline", served) == ""
+
+
+def test_the_score_parts_go_with_the_episode_and_into_the_metrics(tokenizer) -> None:
+    suite, task, _, episode = _rollout(tokenizer)
+    reward = state_reward(suite)
+    assert isinstance(reward, PartsReward)
+    parts = dict(reward.score(task, episode).components)
+    assert parts == {"rubric_score": None, "order_check": 1.0}  # unjudged: no rubric score
+    stored = replace(episode, meta={**episode.meta, MetaKey.SCORE_PARTS: parts})
+    other = replace(episode, meta={**episode.meta, MetaKey.SCORE_PARTS: {"order_check": 0.0}})
+    assert part_means([stored, other, episode], "eval") == {"eval/part/order_check": 0.5}

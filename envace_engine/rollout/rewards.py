@@ -21,12 +21,12 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import httpx
 
 from envace_engine.environments import reference_match
-from envace_engine.environments.base import EpisodeScorer, NlJudge, Suite
+from envace_engine.environments.base import EpisodeScorer, NlJudge, Score, Suite
 from envace_engine.types import Episode, Task, ToolCall
 
 if TYPE_CHECKING:
@@ -45,13 +45,43 @@ def committed_calls(episode: Episode, n_turns: int) -> list[list[ToolCall]]:
     return per_turn
 
 
+@runtime_checkable
+class PartsReward(Protocol):
+    """A reward function that can also give the whole ``Score`` (its named parts), so that
+    an evaluation stores the parts beside the reward without scoring twice."""
+
+    def __call__(self, task: Task, episode: Episode) -> float | None:
+        """The episode's reward (None: unscorable)."""
+        ...
+
+    def score(self, task: Task, episode: Episode) -> Score:
+        """The episode's whole score: reward, basis and named parts."""
+        ...
+
+
+@dataclass(frozen=True)
+class EpisodeReward:
+    """The whole-episode score of an ``EpisodeScorer`` suite (τ², VitaBench) as a reward
+    (implements ``PartsReward``); ``judge`` is passed to the suite, or None."""
+
+    suite: EpisodeScorer
+    judge: NlJudge | None = None
+
+    def score(self, task: Task, episode: Episode) -> Score:
+        """The suite's score of the episode."""
+        return self.suite.score_episode(task, episode, self.judge)
+
+    def __call__(self, task: Task, episode: Episode) -> float | None:
+        return self.score(task, episode).reward
+
+
 def state_reward(suite: Suite, judge: NlJudge | None = None) -> RewardFn:
     """Replay the committed calls on a fresh real backend and score the final state
     (``EpisodeScorer`` suites: their whole-episode score; None = unscorable)."""
+    if isinstance(suite, EpisodeScorer):
+        return EpisodeReward(suite, judge)
 
     def score(task: Task, episode: Episode) -> float | None:
-        if isinstance(suite, EpisodeScorer):
-            return suite.score_episode(task, episode, judge).reward
         calls = committed_calls(episode, len(task.user_turns))
         return float(suite.score(task, calls, list(episode.final_answers)))
 

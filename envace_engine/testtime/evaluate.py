@@ -24,6 +24,7 @@ from typing import Any
 from envace_engine.environments.base import Suite
 from envace_engine.rollout.loop import RolloutConfig
 from envace_engine.rollout.parsing import INVALID_CALL_CODES
+from envace_engine.rollout.rewards import PartsReward
 from envace_engine.samplers.base import Sampler
 from envace_engine.seeds import derive_seed
 from envace_engine.sink import Sink
@@ -143,14 +144,32 @@ class EvalResult:
         if rows:
             counts = [(t.successes, n) for t in rows]
             out.update({f"{prefix}/pass^{k}": pass_hat_k(counts, k) for k in range(1, n + 1)})
+        out.update(part_means([a.committed for a in self.attempts], prefix))
         return out
 
 
+def part_means(episodes: Sequence[Episode], prefix: str) -> dict[str, float]:
+    """``{prefix}/part/<name>``: each named score part's mean over the episodes that have it
+    (a part left None, e.g. an unjudged rubric score, is not averaged in)."""
+    values: dict[str, list[float]] = {}
+    for episode in episodes:
+        for name, value in (episode.meta.get(MetaKey.SCORE_PARTS) or {}).items():
+            if value is not None:
+                values.setdefault(name, []).append(float(value))
+    return {f"{prefix}/part/{name}": sum(v) / len(v) for name, v in values.items()}
+
+
 def score_attempt(attempt: Attempt, reward_fn: RewardFn, threshold: float) -> Attempt:
-    """Set the committed episode's reward (and ``meta["success"]``) from the real outcome."""
+    """Set the committed episode's reward (and ``meta["success"]``) from the real outcome;
+    a ``PartsReward`` also leaves the score's named parts (``meta["score_parts"]``)."""
     committed = attempt.committed
-    reward = reward_fn(attempt.task, committed)
-    meta = {**committed.meta, MetaKey.SUCCESS: is_success(reward, threshold)}
+    extra: dict[str, Any] = {}
+    if isinstance(reward_fn, PartsReward):
+        scored = reward_fn.score(attempt.task, committed)
+        reward, extra[MetaKey.SCORE_PARTS] = scored.reward, dict(scored.components)
+    else:
+        reward = reward_fn(attempt.task, committed)
+    meta = {**committed.meta, **extra, MetaKey.SUCCESS: is_success(reward, threshold)}
     return replace(attempt, committed=replace(committed, reward=reward, meta=meta))
 
 
