@@ -49,6 +49,7 @@ SUITES = (
 # suites whose conversations need a simulated user (τ², VitaBench)
 USER_SUITES = frozenset(s for s in SUITES if s.startswith(("tau2-", "vita-")))
 USER_KINDS = frozenset({"eval"})  # commands that take a simulated user (``--user``)
+JUDGED_KINDS = frozenset({"eval", "sweep"})  # commands that take a judge (``--judge``)
 MODES = ("parallel", "sequential", "select")
 CONFIGURED = frozenset({"train", "baseline", "sft"})  # take a TOML config written by the studio
 RESUMABLE = frozenset({"train", "baseline"})  # `envace train --resume RUN_DIR`
@@ -141,8 +142,8 @@ class LaunchRequest(BaseModel):
     ]
     # τ² and VitaBench only: the simulated user's model ("" = replay each task's scripted opening)
     user: str = ""
-    # τ² and VitaBench evals only: the judge (τ²'s NL assertions; every VitaBench score), an
-    # endpoint or a model as for ``user``. "" = episodes that need a judge are stored unscored.
+    # τ² and VitaBench evals and sweeps only: the judge (τ²'s NL assertions; every VitaBench
+    # score), an endpoint or a model as for ``user``. "" = those episodes are stored unscored.
     judge: str = ""
     steps: int = Field(default=2, ge=1, le=100_000)
     episodes: int = Field(default=8, ge=1, le=10_000)
@@ -255,6 +256,7 @@ class LaunchRequest(BaseModel):
                 *(["--check-calls"] if self.check_calls else []),
                 "--run-dir",
                 "{run_dir}",
+                *(["--judge", self.judge] if self.judge else []),
             ]
         # rollout episodes are stored as a run, so the inspector shows them
         return [
@@ -287,9 +289,9 @@ class LaunchRequest(BaseModel):
                 f"user: a simulated user takes part only in eval jobs on a tau2 or vita suite "
                 f"(got {self.kind} on {self.suite}); clear the user field"
             )
-        if self.judge and (self.suite not in USER_SUITES or self.kind != "eval"):
+        if self.judge and (self.suite not in USER_SUITES or self.kind not in JUDGED_KINDS):
             raise ValueError(
-                f"judge: a judge scores only eval jobs on a tau2 or vita suite "
+                f"judge: a judge scores only eval and sweep jobs on a tau2 or vita suite "
                 f"(got {self.kind} on {self.suite}); clear the judge field"
             )
         return self

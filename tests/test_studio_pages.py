@@ -77,7 +77,7 @@ def test_launch_form_offers_every_suite_and_tau2_takes_a_user():
         runs.forms.parse({"kind": "eval", "model": "tiny", "suite": "tau2-mock", "user": "gpt-17"})
 
 
-def test_a_vita_eval_takes_a_user_and_a_judge_and_nothing_else_takes_a_judge():
+def test_a_vita_eval_takes_a_user_and_a_judge_and_a_sweep_a_judge():
     form = {"kind": "eval", "model": "tiny", "suite": "vita-delivery-en", "user": "tiny"}
     argv = runs.forms.parse({**form, "judge": " http://127.0.0.1:30000 "}).argv()
     assert argv[argv.index("--judge") + 1] == "http://127.0.0.1:30000"
@@ -86,7 +86,9 @@ def test_a_vita_eval_takes_a_user_and_a_judge_and_nothing_else_takes_a_judge():
     assert local[local.index("--judge") + 1] == "tiny"
     with pytest.raises(runs.forms.FormError, match="unknown model 'judge-llm'"):
         runs.forms.parse({**form, "judge": "judge-llm"})
-    with pytest.raises(runs.forms.FormError, match="judge: a judge scores only eval jobs"):
+    sweep = runs.forms.parse({**form, "kind": "sweep", "user": "", "judge": "tiny"}).argv()
+    assert sweep[sweep.index("--judge") + 1] == "tiny"
+    with pytest.raises(runs.forms.FormError, match="judge: a judge scores only eval and sweep"):
         runs.forms.parse({"kind": "eval", "model": "tiny", "suite": "toy", "judge": "http://h:1"})
     with pytest.raises(runs.forms.FormError, match="training with a simulated user"):
         runs.forms.parse({"kind": "train", "model": "tiny", "suite": "vita-instore"})

@@ -483,11 +483,14 @@ def sweep_command(
     dtype: DtypeOpt = "auto",
     root: RootOpt = None,
     run_dir: RunDirOpt = None,
+    judge_url: JudgeOpt = None,
+    judge_max_new_tokens: JudgeTokensOpt = 1024,
     report_to: ReportOpt = "none",
 ) -> None:
     """Sweep rehearsal budget x mode (x checkpoints: repeat --model) and store the grid."""
     from envace_engine.cli.train import ProgressSink, tracked
-    from envace_engine.rollout.rewards import make_reward
+    from envace_engine.cli.users import make_judge
+    from envace_engine.rollout.rewards import state_reward
     from envace_engine.testtime.evaluate import run_sweep, sweep_settings
 
     opts = prompt_options(model, _recorded(locals()))
@@ -498,6 +501,7 @@ def sweep_command(
     except ValueError as err:
         raise _fail(err, "--budgets/--rehearsal") from err
     job = _prepare(suite, split, n_tasks, opts)
+    judge = make_judge(judge_url, "", None, batch_size, opts)  # one judge for every checkpoint
     record = {**job.record, "budgets": numbers, "modes": rehearsal, "checkpoints": list(model)}
     writer = open_writer(root, run_dir, "sweep", ",".join(model), suite, record)
     with writer, tracked(writer, report_to, writer.run_id, record) as inner:
@@ -511,7 +515,7 @@ def sweep_command(
                 job.rollout,
                 job.config,
                 settings,
-                make_reward("state", job.suite),
+                state_reward(job.suite, judge),
                 sink,
                 n_checkpoints=len(model),
                 example_pool=job.pool,

@@ -365,7 +365,7 @@ def build(ctx: Studio, user: gr.State, tab: gr.Tab, loads: PageLoads) -> None:
                 )
                 judge = gr.Textbox(
                     "",
-                    label="judge (tau2, vita eval)",
+                    label="judge (tau2, vita eval or sweep)",
                     placeholder="model or http://HOST:PORT; empty: stored unscored",
                     elem_id="launch-judge",
                 )
