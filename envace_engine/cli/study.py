@@ -9,7 +9,7 @@ Each unit (an arm's training, a checkpoint's evaluation) runs in a fresh program
 unit the process saves the study and ``exec``s ``envace study --resume <folder>`` (same pid, so a
 supervisor's signals and ``kill`` still reach it). On the 2-core EPYC, one evaluation setting of
 the same checkpoint took 472 s in the process that had just trained the arm and 334 s in a fresh
-process, with identical results (docs/study.md, *Cost*); arms trained after other units ran
+process, with identical results (docs/study/RESULTS.md, *Cost*); arms trained after other units ran
 slower too. ``--one-process`` keeps every unit in one process. With ``lanes`` > 1 this
 process supervises that many lane processes (``--lane``, each also a fresh image per unit),
 which run units side by side (``study.lanes``).
