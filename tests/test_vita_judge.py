@@ -290,3 +290,16 @@ def test_the_score_parts_go_with_the_episode_and_into_the_metrics(tokenizer) -> 
     stored = replace(episode, meta={**episode.meta, MetaKey.SCORE_PARTS: parts})
     other = replace(episode, meta={**episode.meta, MetaKey.SCORE_PARTS: {"order_check": 0.0}})
     assert part_means([stored, other, episode], "eval") == {"eval/part/order_check": 0.5}
+
+
+def test_a_user_that_never_stops_ends_at_max_steps_and_scores_zero_unjudged(tokenizer) -> None:
+    suite = get_suite("vita-delivery-en")
+    task = next(t for t in suite.tasks() if t.id == TASK)
+    user = ScriptedUser(script=lambda request: "Anything else you can tell me?")
+    config = RolloutConfig(mode=Mode.REAL, n_examples=0, user=user, seed=0, max_steps=6)
+    chatty = ScriptedSampler(tokenizer, lambda prompt: "Sure, what else do you need?")
+    (episode,) = rollout([task], suite, chatty, tokenizer, config)
+    assert episode.stop_reason is StopReason.MAX_STEPS and episode.stop_detail.endswith("messages")
+    judge = SamplerJudge(ScriptedSampler(tokenizer, lambda prompt: "[]"), tokenizer)
+    score = suite.score_episode(task, episode, judge)
+    assert score.reward == 0.0 and judge.calls == 0  # cut short: never judged
