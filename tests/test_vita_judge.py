@@ -26,14 +26,14 @@ from envace_engine.environments.vita.judge import (
     updated,
     windows,
 )
-from envace_engine.environments.vita.suite import order_check
+from envace_engine.environments.vita.suite import conversation, order_check
 from envace_engine.rollout.endpoints import Endpoint, NlJudge
 from envace_engine.rollout.judges import SamplerJudge
 from envace_engine.rollout.loop import RolloutConfig, rollout
 from envace_engine.rollout.rewards import PartsReward, state_reward
 from envace_engine.rollout.user import ScriptedUser
 from envace_engine.testtime.evaluate import part_means
-from envace_engine.types import MetaKey, Mode, StopReason, ToolCall
+from envace_engine.types import MetaKey, Mode, StopReason, ToolCall, ToolResult
 from tests.kv_world import ScriptedSampler, call_text, last_message
 from tests.openai_server import chat_server
 
@@ -303,3 +303,17 @@ def test_a_user_that_never_stops_ends_at_max_steps_and_scores_zero_unjudged(toke
     judge = SamplerJudge(ScriptedSampler(tokenizer, lambda prompt: "[]"), tokenizer)
     score = suite.score_episode(task, episode, judge)
     assert score.reward == 0.0 and judge.calls == 0  # cut short: never judged
+
+
+def test_the_judge_reads_the_real_answer_not_the_rehearsed_one(tokenizer) -> None:
+    _, task, _, episode = _rollout(tokenizer)
+    (record,) = episode.calls
+    imagined = replace(
+        record, shown="rehearsed", rehearsed=ToolResult(value="Order(order_id:OTfake, ...)")
+    )
+    lines = conversation(task, replace(episode, calls=(imagined,)))
+    assert "OTfake" not in str(lines) and lines[3].content.startswith("Order(order_id:OT")
+    only = replace(imagined, real=None)  # nothing ran for real: what the agent saw
+    assert conversation(task, replace(episode, calls=(only,)))[3].content.startswith(
+        "Order(order_id:OTfake"
+    )

@@ -44,7 +44,9 @@ def _tasks(domain: str, language: str) -> tuple[Task, ...]:
 
 
 def _result_text(record: CallRecord) -> str:
-    got = record.seen()
+    # The real answer wherever the episode has one (a rehearsal-mode episode's shadow
+    # environment): the judge scores what happened, not what the world role imagined.
+    got = record.real if record.real is not None else record.seen()
     if got is None:
         return "(no tool response)"
     if got.error is not None:
@@ -55,7 +57,8 @@ def _result_text(record: CallRecord) -> str:
 
 def conversation(task: Task, episode: Episode) -> list[Line]:
     """The episode as the judge reads it: the greeting, then per user turn the user's message,
-    the agent's calls (one message per reply) with their results, and its final answer."""
+    the agent's calls (one message per reply) with their real results (the seen ones where
+    nothing ran for real), and its final answer."""
     users = list(episode.meta.get(MetaKey.USER_MESSAGES) or task.user_turns)
     lines = [Line("assistant", str(task.meta.get(TaskKey.GREETING) or ""))]
     for turn, user in enumerate(users):
