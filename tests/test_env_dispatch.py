@@ -203,13 +203,12 @@ def test_state_snapshot_is_json_without_parent_cycles(fs_env: ToolEnvironment) -
 
 
 def test_suites_and_environments_implement_the_protocols() -> None:
-    from envace_engine.environments import Environment, Suite, suite_names
+    from envace_engine.environments import Environment, Suite, suite_names, whole_splits
 
     for name in suite_names():
         suite = get_suite(name)
         assert isinstance(suite, Suite) and suite.name == name
-        split = "test" if name == "bfcl" or name.startswith("tau2-") else "validation"
-        task = suite.tasks(split)[0]
+        task = suite.tasks(whole_splits(name)[0])[0]
         assert isinstance(suite.make_env(task), Environment)
     with pytest.raises(
         ValueError,

@@ -141,5 +141,10 @@ def test_cli_generate_show_and_list(tmp_path: Path) -> None:
     )
     listed = runner.invoke(app, ["tasks", "list"])
     assert listed.exit_code == 0, listed.output
-    assert "toy       train 512, validation 64" in listed.output
-    assert "bfcl      test 800, base 200" in listed.output
+    rows = {line.split()[0]: " ".join(line.split()[1:]) for line in listed.output.splitlines()}
+    assert rows["toy"] == "train 512, validation 64"
+    assert rows["bfcl"].startswith("test 800, base 200")
+    assert rows["vita-delivery-en"] == "test 100"
+    # names padded to the longest, so the counts line up
+    lines = listed.output.splitlines()
+    assert len({line.index(rows[name]) for name, line in zip(rows, lines, strict=True)}) == 1
