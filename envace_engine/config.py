@@ -100,6 +100,10 @@ EVAL_BATCH_SIZE = 64
 """Decode slots of an evaluation's embedded sampler (``envace eval``, ``sweep``, ``study``):
 64 tasks x 2 repeats decode in two waves of full batches."""
 
+MEMORY_TOKENS = 96
+"""Token cap of one memory written after rehearsal (``testtime.memory.MemoryConfig``; the
+``memory_tokens`` of ``envace eval``, ``sweep`` and the study's evaluations)."""
+
 EVAL_CACHE_TOKENS = 65536
 """Prefix-cache tokens an evaluation's embedded sampler keeps, also while a rollout runs
 (``HFSampler``'s ``prefix_cache_tokens`` and ``call_cache_tokens``): an evaluation is one long

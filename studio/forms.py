@@ -51,7 +51,7 @@ USER_SUITES = frozenset(s for s in SUITES if s.startswith(("tau2-", "vita-")))
 USER_KINDS = frozenset({"eval"})  # commands that take a simulated user (``--user``)
 JUDGED_KINDS = frozenset({"eval", "sweep"})  # commands that take a judge (``--judge``)
 MODES = ("parallel", "sequential", "select")
-CONFIGURED = frozenset({"train", "baseline", "sft"})  # take a TOML config written by the studio
+TRAINING = frozenset({"train", "baseline", "sft"})  # their job file names the run folder itself
 RESUMABLE = frozenset({"train", "baseline"})  # `envace train --resume RUN_DIR`
 # The forms open on the cheapest job, so one click on a hosted demo never starts a CPU-heavy
 # one: a rollout batch (no training) of the random tiny model finishes in seconds.
@@ -205,81 +205,23 @@ class LaunchRequest(BaseModel):
         return value
 
     def argv(self) -> list[str]:
-        """The command line this request runs (``{run_dir}`` is filled in at launch)."""
-        base = [sys.executable, "-m", "envace_engine.cli"]
-        common = ["--model", self.model, "--suite", self.suite, "--max-turns", str(self.max_turns)]
-        if self.kind in CONFIGURED:
-            return [
-                *base,
-                "sft" if self.kind == "sft" else "train",
-                "--config",
-                "{run_dir}/config.toml",
-            ]
-        tokens = [
-            "--max-new-tokens-act",
-            str(self.max_new_tokens),
-            "--max-new-tokens-rehearse",
-            str(self.max_new_tokens),
-        ]
-        if self.kind == "eval":
-            return [
-                *base,
-                "eval",
-                *common,
-                *tokens,
-                "--tasks",
-                str(self.tasks),
-                "--repeats",
-                str(self.episodes),
-                "--seed",
-                str(self.seed),
-                *(["--check-calls"] if self.check_calls else []),
-                "--run-dir",
-                "{run_dir}",
-                *(["--user", self.user] if self.user else []),
-                *(["--judge", self.judge] if self.judge else []),
-            ]
-        if self.kind == "sweep":
-            return [
-                *base,
-                "sweep",
-                *common,
-                *tokens,
-                "--tasks",
-                str(self.tasks),
-                "--budgets",
-                ",".join(map(str, self.budgets)),
-                "--rehearsal",
-                ",".join(self.modes),
-                "--seed",
-                str(self.seed),
-                *(["--check-calls"] if self.check_calls else []),
-                "--run-dir",
-                "{run_dir}",
-                *(["--judge", self.judge] if self.judge else []),
-            ]
-        # rollout episodes are stored as a run, so the inspector shows them
+        """The command line this request runs (``{run_dir}`` is filled in at launch): the
+        command of its kind on the job file ``config`` describes."""
+        command = {"sft": "sft", "train": "train", "baseline": "train"}.get(self.kind, self.kind)
+        tail = [] if self.kind in TRAINING else ["--run-dir", "{run_dir}"]
         return [
-            *base,
-            "rollout",
-            *common,
-            "--max-new-tokens",
-            str(self.max_new_tokens),
-            "--mode",
-            "rehearsal",
-            "--episodes",
-            str(self.episodes),
-            "--group",
-            str(self.group),
-            "--seed",
-            str(self.seed),
-            "--run-dir",
-            "{run_dir}",
+            sys.executable,
+            "-m",
+            "envace_engine.cli",
+            command,
+            "--config",
+            "{run_dir}/config.toml",
+            *tail,
         ]
 
     @model_validator(mode="after")
     def _tau2_needs(self) -> LaunchRequest:
-        if self.suite in USER_SUITES and self.kind in CONFIGURED:
+        if self.suite in USER_SUITES and self.kind in TRAINING:
             raise ValueError(
                 f"{self.kind} on {self.suite} is not available: training with a simulated user "
                 "in the loop is not wired yet; evaluate (eval), sweep or roll out instead"
@@ -305,9 +247,29 @@ class LaunchRequest(BaseModel):
         return self
 
     def config(self, root: Path, run_id: str) -> dict[str, object]:
-        """The TOML config (envace_engine.config) written into the run folder for train,
-        baseline and sft jobs; ``root`` and ``run_id`` make the job write where the studio looks.
-        """
+        """The job file written into the run folder (``envace KIND --config FILE``): a
+        ``TrainConfig`` / ``SFTConfig`` (``root`` and ``run_id`` make the job write where the
+        studio looks), or the ``EvalSpec`` / ``SweepSpec`` / ``RolloutSpec`` of the job."""
+        if self.kind in TRAINING:
+            return self._training(root, run_id)
+        tokens = {"max_new_tokens_act": self.max_new_tokens}
+        common = {"model": self.model, "suite": self.suite, "max_turns": self.max_turns}
+        common |= {"seed": self.seed, **tokens}
+        if self.kind == "rollout":  # episodes stored as a run, so the inspector shows them
+            return {**common, "mode": "rehearsal", "episodes": self.episodes, "group": self.group}
+        evaluation = {**common, "max_new_tokens_rehearse": self.max_new_tokens}
+        evaluation |= {"n_tasks": self.tasks, "check_calls": self.check_calls}
+        evaluation |= {"judge": self.judge} if self.judge else {}
+        if self.kind == "sweep":
+            budgets = {"budgets": list(self.budgets), "modes": list(self.modes)}
+            return {**evaluation, **budgets, "model": [self.model]}
+        return {
+            **evaluation,
+            "repeats": self.episodes,
+            **({"user": self.user} if self.user else {}),
+        }
+
+    def _training(self, root: Path, run_id: str) -> dict[str, object]:
         rollout = {
             "max_turns": self.max_turns,
             "max_new_tokens_act": self.max_new_tokens,

@@ -157,17 +157,11 @@ def test_storage_keeps_the_checked_answer_apart_from_the_fidelity_pairs(tokenize
 
 
 def test_the_cli_option_reaches_the_rollout_config():
-    from envace_engine.cli.eval import _MEMORY_TOKENS, _prepare, prompt_options
+    from envace_engine.cli.eval import _prepare
+    from envace_engine.cli.spec_options import read_spec
+    from envace_engine.specs import EvalSpec
 
-    opts = {
-        "repeats": 1,
-        "memory_tokens": _MEMORY_TOKENS,
-        "success_threshold": 1.0,
-        "temperature": 0.7,
-        "seed": 0,
-        "max_turns": 3,
-        "check_calls": True,
-    }
-    job = _prepare("toy", None, 2, prompt_options(["tiny"], opts))
+    given = {"model": "tiny", "suite": "toy", "n_tasks": 2, "max_turns": 3, "check_calls": True}
+    job = _prepare(read_spec(EvalSpec, given))
     assert job.rollout.check_calls is True and job.record["check_calls"] is True
     assert RolloutConfig().check_calls is False  # off unless asked for: the method as specified

@@ -221,11 +221,13 @@ def test_cli_rejects_bad_settings_before_loading_a_model():
             "diagonal",
         ],
     )
-    assert result.exit_code == 2 and "unknown rehearsal mode 'diagonal'" in result.output
+    assert result.exit_code == 2 and "--modes (modes.0): Input should be 'parallel'" in (
+        result.output
+    )  # the sweep's --rehearsal is its --modes (a kept alias)
     result = runner.invoke(app, ["eval", "--model", "tiny", "--suite", "toy", "--split", "nope"])
     assert result.exit_code == 2 and "nope" in result.output
     result = runner.invoke(app, ["eval", "--model", "tiny", "--suite", "toy", "--dtype", "fp16"])
-    assert result.exit_code == 2 and "'fp16' is not one of 'auto', 'float32', 'bfloat16'" in (
+    assert result.exit_code == 2 and "Input should be 'auto', 'float32' or 'bfloat16'" in (
         result.output
     )
 

@@ -6,7 +6,7 @@ or gradio, and of the engine only the plain data types and the fidelity metrics.
 
 Inside the engine, each layer may import only the layers below it:
 
-    foundation (types, config, models, adapters, tasks, sink, logprobs, seeds, stats)
+    foundation (types, config, specs, models, adapters, tasks, sink, logprobs, seeds, stats)
       → environments, samplers        (side by side: neither imports the other)
       → rollout
       → fidelity

@@ -353,7 +353,7 @@ def test_cli_rejects_bad_counts_before_loading_a_model(tmp_path):
 
     args = ["rollout", "--model", "tiny", "--out", str(tmp_path), "--episodes", "3"]
     result = CliRunner().invoke(app, [*args, "--group", "2"])
-    assert result.exit_code != 0 and "not a multiple of --group 2" in result.output
+    assert result.exit_code != 0 and "not a multiple of group 2" in result.output
     result = CliRunner().invoke(app, [*args, "--mode", "simulator"])
     assert result.exit_code != 0 and "--simulator MODEL is needed" in result.output
 

@@ -57,6 +57,11 @@ def test_launch_form_errors_name_the_field(ctx):
     assert "suite: Input should be 'toy', 'toy-library', 'bfcl-gen', 'bfcl'" in message
 
 
+def _job(request) -> dict:
+    """The job file the studio writes for ``request``."""
+    return request.config(Path("runs"), "r0")
+
+
 def test_launch_form_offers_every_suite_and_tau2_takes_a_user():
     from envace_engine.environments import suite_names
 
@@ -64,11 +69,10 @@ def test_launch_form_offers_every_suite_and_tau2_takes_a_user():
     request = runs.forms.parse(
         {"kind": "eval", "model": "tiny", "suite": "tau2-airline", "user": " tiny "}
     )
-    argv = request.argv()
-    assert argv[argv.index("--suite") + 1] == "tau2-airline"
-    assert argv[argv.index("--user") + 1] == "tiny"
+    job = _job(request)
+    assert (job["suite"], job["user"]) == ("tau2-airline", "tiny")
     scripted = runs.forms.parse({"kind": "eval", "model": "tiny", "suite": "tau2-retail"})
-    assert "--user" not in scripted.argv()
+    assert "user" not in _job(scripted)
     with pytest.raises(runs.forms.FormError, match="training with a simulated user"):
         runs.forms.parse({"kind": "train", "model": "tiny", "suite": "tau2-airline"})
     with pytest.raises(runs.forms.FormError, match="user: a simulated user takes part only"):
@@ -79,15 +83,14 @@ def test_launch_form_offers_every_suite_and_tau2_takes_a_user():
 
 def test_a_vita_eval_takes_a_user_and_a_judge_and_a_sweep_a_judge():
     form = {"kind": "eval", "model": "tiny", "suite": "vita-delivery-en", "user": "tiny"}
-    argv = runs.forms.parse({**form, "judge": " http://127.0.0.1:30000 "}).argv()
-    assert argv[argv.index("--judge") + 1] == "http://127.0.0.1:30000"
-    assert "--judge" not in runs.forms.parse(form).argv()  # stored unscored
-    local = runs.forms.parse({**form, "judge": "tiny"}).argv()
-    assert local[local.index("--judge") + 1] == "tiny"
+    job = _job(runs.forms.parse({**form, "judge": " http://127.0.0.1:30000 "}))
+    assert job["judge"] == "http://127.0.0.1:30000"
+    assert "judge" not in _job(runs.forms.parse(form))  # stored unscored
+    assert _job(runs.forms.parse({**form, "judge": "tiny"}))["judge"] == "tiny"
     with pytest.raises(runs.forms.FormError, match="unknown model 'judge-llm'"):
         runs.forms.parse({**form, "judge": "judge-llm"})
-    sweep = runs.forms.parse({**form, "kind": "sweep", "user": "", "judge": "tiny"}).argv()
-    assert sweep[sweep.index("--judge") + 1] == "tiny"
+    sweep = runs.forms.parse({**form, "kind": "sweep", "user": "", "judge": "tiny"})
+    assert _job(sweep)["judge"] == "tiny"
     with pytest.raises(runs.forms.FormError, match="judge: a judge scores only eval and sweep"):
         runs.forms.parse({"kind": "eval", "model": "tiny", "suite": "toy", "judge": "http://h:1"})
     with pytest.raises(runs.forms.FormError, match="training with a simulated user"):
@@ -96,9 +99,9 @@ def test_a_vita_eval_takes_a_user_and_a_judge_and_a_sweep_a_judge():
 
 def test_the_sweep_form_passes_the_schema_check_on():
     form = {"kind": "sweep", "model": "tiny", "suite": "toy", "modes": ("select",)}
-    assert "--check-calls" not in runs.forms.parse(form).argv()
-    argv = runs.forms.parse({**form, "check_calls": True}).argv()
-    assert "--check-calls" in argv and argv[argv.index("--rehearsal") + 1] == "select"
+    assert _job(runs.forms.parse(form))["check_calls"] is False
+    job = _job(runs.forms.parse({**form, "check_calls": True}))
+    assert job["check_calls"] is True and job["modes"] == ["select"]
 
 
 def test_launch_needs_sign_in_when_hosted(locked):

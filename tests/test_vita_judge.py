@@ -276,7 +276,7 @@ def test_every_vita_run_says_what_its_scores_compare_with() -> None:
     assert "local models, not leaderboard-comparable" in local
     unjudged = comparability("vita-instore", {"user": "openai+http://h:1?model=u"})
     assert "none (episodes stored unscored)" in unjudged and "not leaderboard" in unjudged
-    served = {"user": "openai+http://h:1?model=u", "judge_url": "http://h:2"}
+    served = {"user": "openai+http://h:1?model=u", "judge": "http://h:2"}
     assert "only if these serve upstream's models" in comparability("vita-instore", served)
     assert comparability("tau2-airline", served) == ""
 

@@ -11,104 +11,26 @@ import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
-from envace_engine.cli.models import DtypeOpt
-from envace_engine.cli.users import (
-    BasisOpt,
-    JudgeOpt,
-    JudgeTokensOpt,
-    StepsOpt,
-    UserOpt,
-    UserTempOpt,
-    UserTokensOpt,
-)
-from envace_engine.config import (
-    EVAL_BATCH_SIZE,
-    EVAL_CACHE_TOKENS,
-    EVAL_TEMPERATURE,
-    ReportTo,
-    SamplerDtype,
-)
-from envace_engine.config import ROLLOUT_DEFAULTS as _D
+from envace_engine.cli.spec_options import own_option, spec_command
+from envace_engine.config import EVAL_CACHE_TOKENS, SamplerDtype
 from envace_engine.environments.vita.comparable import comparability
 from envace_engine.samplers.base import TokenCounting
-from envace_engine.testtime.memory import MemoryConfig
+from envace_engine.specs import EvalSpec, EvaluationSpec, SweepSpec
 
 if TYPE_CHECKING:
     from envace_engine.models import ModelSpec
     from envace_engine.stats import Estimate
     from envace_engine.testtime.evaluate import SweepPoint
 
-_MEMORY_TOKENS = MemoryConfig().max_new_tokens
-
-ModelOpt = Annotated[
-    list[str], typer.Option("--model", help="model name, checkpoint dir or sglang+http://HOST:PORT")
-]
-SuiteOpt = Annotated[
-    str,
-    typer.Option(
-        "--suite",
-        help="task suite (`envace tasks list`) or mcp:PATH/suite.toml",
-    ),
-]
-SplitOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--split", help="split (default: validation; tau2, vita: test; bfcl: base = multi_turn)"
-    ),
-]
-TasksOpt = Annotated[int, typer.Option("--n-tasks", "--tasks", min=1, help="first K tasks")]
-RepeatsOpt = Annotated[int, typer.Option("--repeats", min=1, help="episodes per task (pass^k)")]
-RootOpt = Annotated[str | None, typer.Option("--root", help="data folder ($ENVACE_HOME, ./runs)")]
-ReportOpt = Annotated[
-    ReportTo, typer.Option("--report-to", help="also log metrics to trackio or wandb")
-]
-RunDirOpt = Annotated[Path | None, typer.Option("--run-dir", help="write into this run folder")]
-TempOpt = Annotated[float, typer.Option("--temperature", min=0.0, help="sampling temperature")]
-SeedOpt = Annotated[int, typer.Option("--seed", help="sampling seed")]
-TurnsOpt = Annotated[int, typer.Option("--max-turns", min=1, help="agent replies per user turn")]
-ActOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--max-new-tokens-act", min=1, help="tokens per reply (default: the checkpoint's)"
-    ),
-]
-WorldOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--max-new-tokens-rehearse",
-        min=1,
-        help="tokens per imagined result (default: checkpoint's)",
-    ),
-]
-HistoryOpt = Annotated[
-    bool | None,
-    typer.Option(
-        "--rehearse-history/--no-rehearse-history",
-        help="conversation in rehearse prompts (default: the checkpoint's)",
-    ),
-]
-MemoryOpt = Annotated[int, typer.Option("--memory-tokens", min=1, help="tokens per memory")]
-ExamplesOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--examples", min=0, help="worked examples in prompts (default: the checkpoint's)"
-    ),
-]
-CheckOpt = Annotated[
-    bool,
-    typer.Option(
-        "--check-calls/--no-check-calls",
-        help="imagined episodes: a call the tools' schemas refuse gets the real tools' error, "
-        "the world role is not asked",
-    ),
-]
-ThresholdOpt = Annotated[
-    float, typer.Option("--success-threshold", help="reward that counts as success (0, 1]")
-]
+# the commands' own options: where the run is written, not what it computes
+_PLACE = (
+    own_option("root", ["--root"], str | None, None, "data folder ($ENVACE_HOME, ./runs)"),
+    own_option("run_dir", ["--run-dir"], Path | None, None, "write into this run folder"),
+)
 
 
 def _fail(err: Exception, hint: str) -> typer.BadParameter:
@@ -210,8 +132,9 @@ def open_writer(
 
 @dataclass(frozen=True)
 class _Job:
-    """What both commands need once their options are checked (before any model loads)."""
+    """What both commands need once their spec is checked (before any model loads)."""
 
+    spec: Any  # the resolved EvalSpec or SweepSpec
     suite: Any
     tasks: list[Any]
     pool: list[Any]
@@ -220,72 +143,32 @@ class _Job:
     record: dict[str, Any]
 
 
-def prompt_options(models: Sequence[str], opts: dict[str, Any]) -> dict[str, Any]:
-    """``opts`` with every unset prompt option taken from the checkpoints' record, else the
-    defaults: a checkpoint is evaluated with the prompts it was trained with. Checkpoints
-    recorded with different settings need the options given explicitly."""
-    from envace_engine.config import checkpoint_prompts
-
-    records = [r for r in (checkpoint_prompts(m) for m in models) if r]
-    if any(r != records[0] for r in records[1:]):
-        raise typer.BadParameter(
-            f"the checkpoints were trained with different prompt settings ({records}): pass "
-            "--examples, --max-new-tokens-act, --max-new-tokens-rehearse and "
-            "--rehearse-history explicitly",
-            param_hint="--model",
-        )
-    recorded = {**_D.model_dump(), **(records[0] if records else {})}
-    names = {
-        "examples": "n_examples",
-        "max_new_tokens_act": "max_new_tokens_act",
-        "max_new_tokens_rehearse": "max_new_tokens_rehearse",
-        "rehearse_history": "rehearse_history",
-    }
-    out = dict(opts)
-    for option, key in names.items():
-        if out.get(option) is None:
-            out[option] = recorded[key]
-    return out
-
-
-def _prepare(suite: str, split: str | None, n_tasks: int, opts: dict[str, Any]) -> _Job:
-    """Validate options into configs; every bad value raises ``BadParameter`` naming it."""
+def _prepare(spec: EvaluationSpec, budget: int = 0, mode: str = "parallel") -> _Job:
+    """The spec, its unset prompt settings taken from the checkpoints, turned into the
+    evaluation's configs and tasks; every bad value raises ``BadParameter`` naming it."""
     from envace_engine.environments.base import ScoringBasis
     from envace_engine.rollout.loop import RolloutConfig
     from envace_engine.testtime.evaluate import EvalConfig
     from envace_engine.testtime.memory import MemoryConfig
-    from envace_engine.testtime.rehearsal import RehearsalConfig
+    from envace_engine.testtime.rehearsal import RehearsalConfig, parse_mode
 
     try:
-        rehearsal = RehearsalConfig(
-            opts.get("budget", 0),
-            opts.get("rehearsal", "parallel"),
-            MemoryConfig(opts["memory_tokens"]),
-        )
-        config = EvalConfig(opts["repeats"], rehearsal, opts["success_threshold"])
-        rollout = RolloutConfig(
-            temperature=opts["temperature"],
-            seed=opts["seed"],
-            max_turns=opts["max_turns"],
-            max_new_tokens_act=opts["max_new_tokens_act"],
-            max_new_tokens_rehearse=opts["max_new_tokens_rehearse"],
-            n_examples=opts["examples"],
-            rehearse_history=opts["rehearse_history"],
-            check_calls=opts.get("check_calls", _D.check_calls),
-            max_steps=opts.get("max_steps", 200),
-        )
-        suite_obj, tasks, pool = _tasks(suite, split, n_tasks, opts.get("basis"))
+        spec = spec.resolved()
+    except ValueError as err:
+        raise _fail(err, "--model") from err
+    basis = spec.basis if isinstance(spec, EvalSpec) else None
+    max_steps = spec.max_steps if isinstance(spec, EvalSpec) else RolloutConfig.max_steps
+    try:
+        rehearsal = RehearsalConfig(budget, parse_mode(mode), MemoryConfig(spec.memory_tokens))
+        config = EvalConfig(spec.repeats, rehearsal, spec.success_threshold)
+        rollout = RolloutConfig(**spec.rollout_settings(), max_steps=max_steps)
+        suite_obj, tasks, pool = _tasks(spec.suite, spec.split, spec.n_tasks, basis)
     except ValueError as err:
         raise _fail(err, "--suite/--split/--basis/--budget/--rehearsal") from err
-    record = {"split": split, "n_tasks": len(tasks), **opts}
+    record = {**spec.record(), "n_tasks": len(tasks)}
     if isinstance(suite_obj, ScoringBasis):  # the basis every score of the run used
         record["basis"] = suite_obj.basis
-    return _Job(suite_obj, tasks, pool, rollout, config, record)
-
-
-def _recorded(params: dict[str, Any]) -> dict[str, Any]:
-    """The command's options that go into the run manifest (and into ``_prepare``)."""
-    return {k: v for k, v in params.items() if k in _RECORDED}
+    return _Job(spec, suite_obj, tasks, pool, rollout, config, record)
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
@@ -372,64 +255,22 @@ def _delta_text(est: Estimate | None) -> str:
     return "-" if est is None else f"{est.mean:+.3f} [{est.low:+.3f}, {est.high:+.3f}]"
 
 
-BudgetOpt = Annotated[int, typer.Option("--budget", min=0, help="imagined episodes (0 = plain)")]
-ModeOpt = Annotated[str, typer.Option("--rehearsal", help="parallel | sequential | select")]
-BudgetsOpt = Annotated[str, typer.Option("--budgets", help="comma-separated, e.g. 0,1,2,4")]
-ModesOpt = Annotated[
-    str, typer.Option("--rehearsal", help="modes, e.g. parallel,sequential,select")
-]
-BatchOpt = Annotated[int, typer.Option("--batch-size", min=1, help="prompts per forward batch")]
-
-
-def eval_command(
-    model: ModelOpt,
-    suite: SuiteOpt,
-    split: SplitOpt = None,
-    n_tasks: TasksOpt = 8,
-    repeats: RepeatsOpt = 1,
-    budget: BudgetOpt = 0,
-    rehearsal: ModeOpt = "parallel",
-    temperature: TempOpt = EVAL_TEMPERATURE,
-    seed: SeedOpt = 0,
-    max_turns: TurnsOpt = _D.max_turns,
-    max_new_tokens_act: ActOpt = None,
-    max_new_tokens_rehearse: WorldOpt = None,
-    rehearse_history: HistoryOpt = None,
-    memory_tokens: MemoryOpt = _MEMORY_TOKENS,
-    examples: ExamplesOpt = None,
-    check_calls: CheckOpt = _D.check_calls,
-    success_threshold: ThresholdOpt = 1.0,
-    batch_size: BatchOpt = EVAL_BATCH_SIZE,
-    dtype: DtypeOpt = "auto",
-    root: RootOpt = None,
-    run_dir: RunDirOpt = None,
-    basis: BasisOpt = None,
-    user: UserOpt = None,
-    judge_url: JudgeOpt = None,
-    max_steps: StepsOpt = 200,
-    user_max_new_tokens: UserTokensOpt = 128,
-    user_temperature: UserTempOpt = 0.0,
-    judge_max_new_tokens: JudgeTokensOpt = 1024,
-    report_to: ReportOpt = "none",
-) -> None:
+def run_eval(spec: EvalSpec, root: str | None, run_dir: Path | None) -> None:
     """Evaluate a model in the real environment (optionally after private rehearsal)."""
     from envace_engine.cli.train import ProgressSink, tracked
     from envace_engine.cli.users import make_judge, with_user
     from envace_engine.rollout.rewards import state_reward
     from envace_engine.testtime.evaluate import evaluate
 
-    if len(model) != 1:
-        raise typer.BadParameter("eval takes one --model (use `envace sweep` for several)")
-    opts = prompt_options(model, _recorded(locals()))
-    job = _prepare(suite, split, n_tasks, opts)
-    (checkpoint,) = _checkpoints(model, batch_size, dtype)
-    job = with_user(job, opts, model[0], checkpoint, batch_size)
-    judge = make_judge(judge_url, model[0], checkpoint, batch_size, opts)
-    writer = open_writer(root, run_dir, "eval", model[0], suite, job.record)
-    with writer, tracked(writer, report_to, writer.run_id, job.record) as inner:
+    job = _prepare(spec, spec.budget, spec.rehearsal)
+    (checkpoint,) = _checkpoints([spec.model], spec.batch_size, spec.dtype)
+    job = with_user(job, job.spec, checkpoint)
+    judge = make_judge(job.spec, spec.model, checkpoint)
+    writer = open_writer(root, run_dir, "eval", spec.model, spec.suite, job.record)
+    with writer, tracked(writer, spec.report_to, writer.run_id, job.record) as inner:
         sampler = checkpoint.sampler
         meter = sampler if isinstance(sampler, TokenCounting) else None
-        sink = ProgressSink(inner, f"eval {suite}", unit="episode", meter=meter)
+        sink = ProgressSink(inner, f"eval {spec.suite}", unit="episode", meter=meter)
         try:
             total = len(job.tasks) * job.config.repeats  # real episodes, one per task and repeat
             sink.progress(0, total, "starting")
@@ -456,99 +297,47 @@ def eval_command(
     typer.echo(json.dumps({k: round(v, 4) for k, v in metrics.items()}))
     if metrics.get("eval/unscored"):
         typer.echo(f"{metrics['eval/unscored']:.0f} episode(s) unscored: no judge, or it failed")
-    note = comparability(suite, job.record)
+    note = comparability(spec.suite, job.record)
     if note:
         typer.echo(note.replace("**", ""))
 
 
-def sweep_command(
-    model: ModelOpt,
-    suite: SuiteOpt,
-    split: SplitOpt = None,
-    n_tasks: TasksOpt = 8,
-    repeats: RepeatsOpt = 1,
-    budgets: BudgetsOpt = "0,1,2,4",
-    rehearsal: ModesOpt = "parallel,sequential",
-    temperature: TempOpt = EVAL_TEMPERATURE,
-    seed: SeedOpt = 0,
-    max_turns: TurnsOpt = _D.max_turns,
-    max_new_tokens_act: ActOpt = None,
-    max_new_tokens_rehearse: WorldOpt = None,
-    rehearse_history: HistoryOpt = None,
-    memory_tokens: MemoryOpt = _MEMORY_TOKENS,
-    examples: ExamplesOpt = None,
-    check_calls: CheckOpt = _D.check_calls,
-    success_threshold: ThresholdOpt = 1.0,
-    batch_size: BatchOpt = EVAL_BATCH_SIZE,
-    dtype: DtypeOpt = "auto",
-    root: RootOpt = None,
-    run_dir: RunDirOpt = None,
-    judge_url: JudgeOpt = None,
-    judge_max_new_tokens: JudgeTokensOpt = 1024,
-    report_to: ReportOpt = "none",
-) -> None:
+def run_sweep_job(spec: SweepSpec, root: str | None, run_dir: Path | None) -> None:
     """Sweep rehearsal budget x mode (x checkpoints: repeat --model) and store the grid."""
     from envace_engine.cli.train import ProgressSink, tracked
     from envace_engine.cli.users import make_judge
     from envace_engine.rollout.rewards import state_reward
     from envace_engine.testtime.evaluate import run_sweep, sweep_settings
 
-    opts = prompt_options(model, _recorded(locals()))
-    opts.pop("rehearsal")  # a list of modes here, not one mode
     try:
-        numbers = [int(b) for b in budgets.split(",") if b.strip()]
-        settings = sweep_settings(numbers, [m.strip() for m in rehearsal.split(",") if m.strip()])
+        settings = sweep_settings(spec.budgets, spec.modes)
     except ValueError as err:
-        raise _fail(err, "--budgets/--rehearsal") from err
-    job = _prepare(suite, split, n_tasks, opts)
-    judge = make_judge(judge_url, "", None, batch_size, opts)  # one judge for every checkpoint
-    record = {**job.record, "budgets": numbers, "modes": rehearsal, "checkpoints": list(model)}
-    writer = open_writer(root, run_dir, "sweep", ",".join(model), suite, record)
-    with writer, tracked(writer, report_to, writer.run_id, record) as inner:
+        raise _fail(err, "--budgets/--modes") from err
+    job = _prepare(spec)
+    judge = make_judge(job.spec, "", None)  # one judge for every checkpoint
+    name = ",".join(spec.model)
+    writer = open_writer(root, run_dir, "sweep", name, spec.suite, job.record)
+    with writer, tracked(writer, spec.report_to, writer.run_id, job.record) as inner:
         meter = CheckpointMeter()
-        sink = ProgressSink(inner, f"sweep {suite}", meter=meter)
+        sink = ProgressSink(inner, f"sweep {spec.suite}", meter=meter)
         try:
             points = run_sweep(
                 job.tasks,
                 job.suite,
-                meter.follow(_checkpoints(model, batch_size, dtype)),
+                meter.follow(_checkpoints(spec.model, spec.batch_size, spec.dtype)),
                 job.rollout,
                 job.config,
                 settings,
                 state_reward(job.suite, judge),
                 sink,
-                n_checkpoints=len(model),
+                n_checkpoints=len(spec.model),
                 example_pool=job.pool,
             )
         finally:
             sink.close()
-    typer.echo(_table(_sweep_rows(points, seed)))
+    typer.echo(_table(_sweep_rows(points, spec.seed)))
     typer.echo(f"run {writer.run_id} in {writer.path}")
 
 
-# Options recorded in the run manifest (and read back by ``_prepare``).
-_RECORDED = frozenset(
-    {
-        "repeats",
-        "budget",
-        "rehearsal",
-        "temperature",
-        "seed",
-        "max_turns",
-        "max_new_tokens_act",
-        "max_new_tokens_rehearse",
-        "memory_tokens",
-        "examples",
-        "rehearse_history",
-        "check_calls",
-        "success_threshold",
-        "basis",
-        "user",
-        "judge_url",
-        "max_steps",
-        "user_max_new_tokens",
-        "user_temperature",
-        "judge_max_new_tokens",
-        "dtype",
-    }
-)
+eval_command = spec_command(EvalSpec, run_eval, _PLACE)
+sweep_command = spec_command(SweepSpec, run_sweep_job, _PLACE)

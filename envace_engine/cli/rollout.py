@@ -14,16 +14,16 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
-from envace_engine.cli.models import DtypeOpt
-from envace_engine.config import ROLLOUT_DEFAULTS as _D
+from envace_engine.cli.spec_options import own_option, spec_command
 from envace_engine.config import SamplerDtype
 from envace_engine.environments.base import Suite
 from envace_engine.samplers.base import Sampler, TokenCounting
-from envace_engine.types import Episode, MetaKey, Mode, Role, Task
+from envace_engine.specs import RolloutSpec
+from envace_engine.types import Episode, MetaKey, Role, Task
 
 
 def transcript(episode: Episode, width: int = 400) -> str:
@@ -67,85 +67,31 @@ def summary(episodes: Sequence[Episode], seconds: float) -> str:
     )
 
 
-def rollout_command(
-    model: Annotated[
-        str, typer.Option(help="policy: smollm2-135m, tiny, a checkpoint dir or sglang+")
-    ],
-    out: Annotated[
-        Path | None, typer.Option(help="JSON Lines output folder (episodes.jsonl, metrics.jsonl)")
-    ] = None,
-    run_dir: Annotated[
-        Path | None, typer.Option(help="store as a run the studio shows (Parquet shards) here")
-    ] = None,
-    suite: Annotated[str, typer.Option(help="task suite: toy, bfcl-gen or bfcl")] = "toy",
-    mode: Annotated[Mode, typer.Option(help="who answers tool calls")] = Mode.REHEARSAL,
-    episodes: Annotated[
-        int, typer.Option(min=1, help="episodes in total (a multiple of --group)")
-    ] = 4,
-    group: Annotated[int, typer.Option(min=1, help="episodes per task (a GRPO group)")] = 1,
-    seed: Annotated[int, typer.Option(help="task choice and sampling seed")] = 0,
-    simulator: Annotated[
-        str | None, typer.Option(help="frozen simulator model (simulator mode)")
-    ] = None,
-    split: Annotated[str, typer.Option(help="task split")] = "train",
-    max_turns: Annotated[
-        int, typer.Option(min=1, help="agent replies per user turn")
-    ] = _D.max_turns,
-    max_new_tokens: Annotated[
-        int, typer.Option(min=1, help="tokens per act generation")
-    ] = _D.max_new_tokens_act,
-    max_new_tokens_rehearse: Annotated[
-        int, typer.Option(min=1, help="tokens per world generation")
-    ] = _D.max_new_tokens_rehearse,
-    temperature: Annotated[
-        float, typer.Option(min=0.0, help="sampling temperature")
-    ] = _D.temperature,
-    examples: Annotated[
-        int, typer.Option(min=0, help="worked examples in both prompts")
-    ] = _D.n_examples,
-    grounded: Annotated[
-        bool, typer.Option(help="reference results in the rehearse prompt")
-    ] = _D.grounded_rehearsal,
-    show: Annotated[int, typer.Option(min=0, help="transcripts to print")] = 4,
-    dtype: DtypeOpt = "auto",
-) -> None:
+def run_rollout(spec: RolloutSpec, out: Path | None, run_dir: Path | None, show: int) -> None:
     """Run episodes, print transcripts and a summary; write JSON Lines and/or a stored run."""
+    from envace_engine.cli.eval import open_writer
     from envace_engine.cli.train import ProgressSink
     from envace_engine.rollout.loop import RolloutConfig, rollout, rollout_metrics
     from envace_engine.sink import FanoutSink, JsonlSink
 
     if out is None and run_dir is None:
         raise typer.BadParameter("say where to write: --out DIR (JSON Lines) or --run-dir DIR")
-    if episodes % group:
-        raise typer.BadParameter(f"{episodes} is not a multiple of --group {group}")
-    if (mode is Mode.SIMULATOR) != (simulator is not None):
-        raise typer.BadParameter("--simulator MODEL is needed in simulator mode, and only there")
-    task_suite, pool, tasks = _pick_tasks(suite, split, episodes // group, seed)
-    tokenizer, policy, sim_tokenizer, sim_sampler = _load_samplers(model, simulator, dtype)
+    task_suite, pool, tasks = _pick_tasks(
+        spec.suite, spec.split, spec.episodes // spec.group, spec.seed
+    )
+    tokenizer, policy, sim_tokenizer, sim_sampler = _load_samplers(
+        spec.model, spec.simulator, spec.dtype
+    )
     config = RolloutConfig(
-        mode=mode,
-        max_turns=max_turns,
-        max_new_tokens_act=max_new_tokens,
-        max_new_tokens_rehearse=max_new_tokens_rehearse,
-        temperature=temperature,
-        seed=seed,
-        grounded_rehearsal=grounded,
-        n_examples=examples,
-        simulator=sim_sampler,
-        simulator_tokenizer=sim_tokenizer,
+        **spec.rollout_settings(), simulator=sim_sampler, simulator_tokenizer=sim_tokenizer
     )
     sinks: list[Any] = []
     if out is not None:
         sinks.append(JsonlSink(out))
     with contextlib.ExitStack() as stack:
         if run_dir is not None:
-            from envace_engine.cli.eval import open_writer
-
-            settings = {"mode": str(mode), "episodes": episodes, "group": group, "seed": seed}
-            sinks.append(
-                stack.enter_context(open_writer(None, run_dir, "rollout", model, suite, settings))
-            )
-
+            writer = open_writer(None, run_dir, "rollout", spec.model, spec.suite, spec.record())
+            sinks.append(stack.enter_context(writer))
         meter = policy if isinstance(policy, TokenCounting) else None
         bar = ProgressSink(FanoutSink(tuple(sinks)), "rollout", unit="episode", meter=meter)
         stack.callback(bar.close)
@@ -160,7 +106,7 @@ def rollout_command(
             policy,
             tokenizer,
             config,
-            group,
+            spec.group,
             example_pool=pool,
             progress=progress,
         )
@@ -174,6 +120,15 @@ def rollout_command(
         typer.echo(f"wrote {out / 'episodes.jsonl'}")
     if run_dir is not None:
         typer.echo(f"stored run {run_dir.name} in {run_dir}")
+
+
+# the command's own options: where episodes go and what it prints, not what it computes
+ROLLOUT_OWN = (
+    own_option("out", ["--out"], Path | None, None, "JSON Lines output folder"),
+    own_option("run_dir", ["--run-dir"], Path | None, None, "store as a run the studio shows here"),
+    own_option("show", ["--show"], int, 4, "transcripts to print"),
+)
+rollout_command = spec_command(RolloutSpec, run_rollout, ROLLOUT_OWN)
 
 
 def _pick_tasks(

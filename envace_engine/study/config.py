@@ -27,6 +27,7 @@ from pydantic import Field, model_validator
 
 from envace_engine.config import (
     EVAL_TEMPERATURE,
+    MEMORY_TOKENS,
     AdvantageSettings,
     LoraSettings,
     LossSettings,
@@ -123,7 +124,7 @@ class StudyEval(Section):
         "in the tables, never used by a verdict)",
     )
     temperature: float = Field(EVAL_TEMPERATURE, gt=0)
-    memory_tokens: int = Field(96, ge=1)
+    memory_tokens: int = Field(MEMORY_TOKENS, ge=1, description="tokens per memory")
     bootstrap: int = Field(RESAMPLES, ge=100, description="bootstrap resamples for the 95 % CIs")
     base: bool = Field(True, description="also evaluate the base model (before SFT)")
     base_examples: int = Field(

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from envace_engine.config import MEMORY_TOKENS
 from envace_engine.rollout.prompts import Message
 from envace_engine.rollout.tokens import ChatTokenizer
 from envace_engine.samplers.base import Sampler, SamplingParams
@@ -35,7 +36,7 @@ from envace_engine.types import Episode, MetaKey, Role
 class MemoryConfig:
     """How memories are written: token cap of one memory and of each transcript in its prompt."""
 
-    max_new_tokens: int = 96
+    max_new_tokens: int = MEMORY_TOKENS
     transcript_chars: int = 1500  # per imagined episode; longer transcripts keep their end
     temperature: float | None = None  # None: the rollout's temperature
 

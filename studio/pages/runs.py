@@ -122,7 +122,7 @@ def launch(ctx: Studio, user: str | None, values: dict[str, object]) -> tuple[st
 
 
 def start(ctx: Studio, request: forms.LaunchRequest) -> tuple[str, str | None]:
-    """Start a validated request as a job (writes its config first when it takes one)."""
+    """Start a validated request as a job: its job file first, then the command on it."""
     import tomli_w
 
     try:
@@ -135,8 +135,7 @@ def start(ctx: Studio, request: forms.LaunchRequest) -> tuple[str, str | None]:
     run_id = ctx.jobs.new_run_id(request.kind)
     run_dir = ctx.jobs.run_dir(run_id)
     run_dir.mkdir(parents=True, exist_ok=True)
-    if request.kind in forms.CONFIGURED:
-        (run_dir / "config.toml").write_text(tomli_w.dumps(request.config(ctx.root, run_id)))
+    (run_dir / "config.toml").write_text(tomli_w.dumps(request.config(ctx.root, run_id)))
     try:
         record = ctx.jobs.launch(
             request.kind, request.argv(), run_id=run_id, resumable=request.kind in forms.RESUMABLE

@@ -18,7 +18,9 @@ def comparability(suite: str, options: Mapping[str, Any]) -> str:
     """One line for a run of ``suite`` with recorded ``options`` ('' for other suites)."""
     if not suite.startswith("vita-"):
         return ""
-    user, judge = options.get("user") or "", options.get("judge_url") or ""
+    # ``judge_url``: the key runs recorded before the eval spec named it ``judge``
+    user = options.get("user") or ""
+    judge = options.get("judge") or options.get("judge_url") or ""
     said_user = user or "none (the instructions replayed as one message)"
     said_judge = judge or "none (episodes stored unscored)"
     local = not user or not judge or not all(v.startswith(ENDPOINTS) for v in (user, judge))

@@ -141,5 +141,5 @@ class VitaSuite:
         """VitaBench has no rule-based score: every reward is the judge's (``score_episode``)."""
         raise ValueError(
             f"{self.name} is scored only by its LLM judge: score whole episodes with "
-            "score_episode and a judge endpoint (envace eval --judge-url)"
+            "score_episode and a judge endpoint (envace eval --judge)"
         )
