@@ -65,6 +65,13 @@ class EvaluationSpec(JobSpec):
     n_tasks: int = Field(8, ge=1, description="the split's first K tasks")
     repeats: int = Field(1, ge=1, description="episodes per task (pass^k)")
     temperature: float = Field(EVAL_TEMPERATURE, ge=0.0, description="sampling temperature")
+    top_p: float = Field(
+        ROLLOUT_DEFAULTS.top_p,
+        gt=0.0,
+        le=1.0,
+        description="nucleus sampling: sample among the most likely tokens whose probability "
+        "mass reaches top_p (1 = off)",
+    )
     seed: int = Field(0, description="sampling seed")
     max_turns: int = Field(
         ROLLOUT_DEFAULTS.max_turns, ge=1, description="agent replies per user turn"
@@ -135,6 +142,7 @@ class EvaluationSpec(JobSpec):
         """The keys of ``rollout.RolloutConfig`` this spec sets (after ``resolved``)."""
         return {
             "temperature": self.temperature,
+            "top_p": self.top_p,
             "seed": self.seed,
             "max_turns": self.max_turns,
             **{k: getattr(self, k) for k in PROMPT_FIELDS},

@@ -156,3 +156,18 @@ def test_the_record_is_the_spec():
     assert record["model"] == ["a", "b"] and record["modes"] == ["select"]
     assert SweepSpec.model_validate(record) == spec  # a run's config rebuilds its job
     assert set(record) == set(SweepSpec.model_fields)
+
+
+def test_top_p_reaches_the_rollout_and_the_record():
+    """The key added as one field (and one line handing it to the rollout config)."""
+    from envace_engine.cli.eval import _prepare
+
+    spec = _parsed(
+        "eval", ["--model", "tiny", "--suite", "toy", "--n-tasks", "1", "--top-p", "0.9"]
+    )
+    job = _prepare(spec)  # type: ignore[arg-type]
+    assert job.rollout.top_p == 0.9 and job.record["top_p"] == 0.9
+    result = RUNNER.invoke(app, ["sweep", "--model", "tiny", "--suite", "toy", "--top-p", "0"])
+    assert (
+        result.exit_code == 2 and "--top-p (top_p): Input should be greater than 0" in result.output
+    )
