@@ -19,7 +19,11 @@ sys.path.insert(0, str(REPO))
 from bench.record import add_record_flag, record  # noqa: E402
 
 PACKAGES = ("envace_engine", "storage", "studio")
-CONFIG_FILES = ("envace_engine/config.py", "envace_engine/study/config.py")
+CONFIG_FILES = (
+    "envace_engine/config.py",
+    "envace_engine/specs.py",
+    "envace_engine/study/config.py",
+)
 
 
 def line_count(paths: list[Path]) -> int:
