@@ -15,14 +15,15 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from envace_engine.cli import compose
 from envace_engine.cli.spec_options import own_option, spec_command
-from envace_engine.config import EVAL_CACHE_TOKENS, SamplerDtype
+from envace_engine.config import SamplerDtype
+from envace_engine.environments import example_pool, held_out_split
 from envace_engine.environments.vita.comparable import comparability
 from envace_engine.samplers.base import TokenCounting
 from envace_engine.specs import EvalSpec, EvaluationSpec, SweepSpec
 
 if TYPE_CHECKING:
-    from envace_engine.models import ModelSpec
     from envace_engine.stats import Estimate
     from envace_engine.testtime.evaluate import SweepPoint
 
@@ -35,17 +36,6 @@ _PLACE = (
 
 def _fail(err: Exception, hint: str) -> typer.BadParameter:
     return typer.BadParameter(str(err), param_hint=hint)
-
-
-def _tasks(
-    suite_name: str, split: str | None, n_tasks: int, basis: str | None = None
-) -> tuple[Any, list[Any], list[Any]]:
-    """The suite, its first ``n_tasks`` tasks of ``split`` and the worked-example pool."""
-    from envace_engine.environments import example_pool, get_suite, held_out_split
-
-    suite = get_suite(suite_name, basis)
-    tasks = suite.tasks(split or held_out_split(suite_name))[:n_tasks]
-    return suite, tasks, example_pool(suite)
 
 
 class CheckpointMeter:
@@ -74,60 +64,15 @@ class CheckpointMeter:
 
 
 def _checkpoints(models: Sequence[str], batch_size: int, dtype: SamplerDtype) -> Iterator[Any]:
-    """Load each model when its turn comes (one in memory at a time); ``batch_size`` and
-    ``dtype`` configure embedded samplers, whose prefix cache is held to ``EVAL_CACHE_TOKENS``
-    during rollouts too, as the study's evaluations hold it."""
-    from envace_engine.models import ModelError, load_tokenizer, resolve
-    from envace_engine.samplers import make_sampler
+    """Load each model when its turn comes (one in memory at a time), with the evaluations'
+    bounded prefix cache (``compose.load``)."""
     from envace_engine.testtime.evaluate import Checkpoint
 
     for name in models:
-        spec = resolve(name)
-        tokenizer = load_tokenizer(spec)
-        try:
-            sampler = make_sampler(
-                spec, tokenizer=tokenizer, batch_size=batch_size, dtype=dtype, **_cache(spec)
-            )
-        except ModelError as err:
-            raise typer.BadParameter(str(err), param_hint="--dtype") from err
+        sampler, tokenizer = compose.load(
+            name, batch_size=batch_size, dtype=dtype, bounded_cache=True, hint="--model/--dtype"
+        )
         yield Checkpoint(name, sampler, tokenizer)
-
-
-def _cache(spec: ModelSpec) -> dict[str, Any]:
-    """An embedded sampler's prefix-cache bound, between calls and during them (a server
-    keeps its own cache)."""
-    bound = EVAL_CACHE_TOKENS
-    return {"prefix_cache_tokens": bound, "call_cache_tokens": bound} if spec.kind == "hf" else {}
-
-
-def open_writer(
-    root: str | None,
-    run_dir: Path | None,
-    kind: str,
-    model: str,
-    suite: str,
-    config: dict[str, Any],
-) -> Any:
-    """A ``RunWriter`` for ``run_dir`` (the studio's job folder) or a new run under the root."""
-    from envace_engine.config import data_root
-    from storage.layout import MANIFEST, RunManifest, utc_now
-    from storage.schema import SCHEMA_VERSION
-    from storage.shards import RunWriter
-
-    if run_dir is None:
-        return RunWriter.create(data_root(root), kind, model=model, suite=suite, config=config)
-    if (run_dir / MANIFEST).exists():
-        return RunWriter(run_dir)
-    manifest = RunManifest(
-        run_id=run_dir.name,
-        kind=kind,
-        model=model,
-        suite=suite,
-        config=config,
-        created_at=utc_now(),
-        schema_version=SCHEMA_VERSION,
-    )
-    return RunWriter(run_dir, manifest)
 
 
 @dataclass(frozen=True)
@@ -162,9 +107,11 @@ def _prepare(spec: EvaluationSpec, budget: int = 0, mode: str = "parallel") -> _
         rehearsal = RehearsalConfig(budget, parse_mode(mode), MemoryConfig(spec.memory_tokens))
         config = EvalConfig(spec.repeats, rehearsal, spec.success_threshold)
         rollout = RolloutConfig(**spec.rollout_settings(), max_steps=max_steps)
-        suite_obj, tasks, pool = _tasks(spec.suite, spec.split, spec.n_tasks, basis)
     except ValueError as err:
-        raise _fail(err, "--suite/--split/--basis/--budget/--rehearsal") from err
+        raise _fail(err, "--budget/--rehearsal") from err
+    split = spec.split or held_out_split(spec.suite)
+    suite_obj, tasks = compose.tasks(spec.suite, split, spec.n_tasks, basis=basis)
+    pool = example_pool(suite_obj)
     record = {**spec.record(), "n_tasks": len(tasks)}
     if isinstance(suite_obj, ScoringBasis):  # the basis every score of the run used
         record["basis"] = suite_obj.basis
@@ -266,7 +213,7 @@ def run_eval(spec: EvalSpec, root: str | None, run_dir: Path | None) -> None:
     (checkpoint,) = _checkpoints([spec.model], spec.batch_size, spec.dtype)
     job = with_user(job, job.spec, checkpoint)
     judge = make_judge(job.spec, spec.model, checkpoint)
-    writer = open_writer(root, run_dir, "eval", spec.model, spec.suite, job.record)
+    writer = compose.open_writer(root, run_dir, "eval", spec.model, spec.suite, job.record)
     with writer, tracked(writer, spec.report_to, writer.run_id, job.record) as inner:
         sampler = checkpoint.sampler
         meter = sampler if isinstance(sampler, TokenCounting) else None
@@ -316,7 +263,7 @@ def run_sweep_job(spec: SweepSpec, root: str | None, run_dir: Path | None) -> No
     job = _prepare(spec)
     judge = make_judge(job.spec, "", None)  # one judge for every checkpoint
     name = ",".join(spec.model)
-    writer = open_writer(root, run_dir, "sweep", name, spec.suite, job.record)
+    writer = compose.open_writer(root, run_dir, "sweep", name, spec.suite, job.record)
     with writer, tracked(writer, spec.report_to, writer.run_id, job.record) as inner:
         meter = CheckpointMeter()
         sink = ProgressSink(inner, f"sweep {spec.suite}", meter=meter)

@@ -9,7 +9,6 @@ Example::
 from __future__ import annotations
 
 import contextlib
-import random
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -18,12 +17,11 @@ from typing import Any
 
 import typer
 
+from envace_engine.cli import compose
 from envace_engine.cli.spec_options import own_option, spec_command
-from envace_engine.config import SamplerDtype
-from envace_engine.environments.base import Suite
-from envace_engine.samplers.base import Sampler, TokenCounting
+from envace_engine.samplers.base import TokenCounting
 from envace_engine.specs import RolloutSpec
-from envace_engine.types import Episode, MetaKey, Role, Task
+from envace_engine.types import Episode, MetaKey, Role
 
 
 def transcript(episode: Episode, width: int = 400) -> str:
@@ -69,19 +67,20 @@ def summary(episodes: Sequence[Episode], seconds: float) -> str:
 
 def run_rollout(spec: RolloutSpec, out: Path | None, run_dir: Path | None, show: int) -> None:
     """Run episodes, print transcripts and a summary; write JSON Lines and/or a stored run."""
-    from envace_engine.cli.eval import open_writer
     from envace_engine.cli.train import ProgressSink
     from envace_engine.rollout.loop import RolloutConfig, rollout, rollout_metrics
     from envace_engine.sink import FanoutSink, JsonlSink
 
     if out is None and run_dir is None:
         raise typer.BadParameter("say where to write: --out DIR (JSON Lines) or --run-dir DIR")
-    task_suite, pool, tasks = _pick_tasks(
-        spec.suite, spec.split, spec.episodes // spec.group, spec.seed
-    )
-    tokenizer, policy, sim_tokenizer, sim_sampler = _load_samplers(
-        spec.model, spec.simulator, spec.dtype
-    )
+    n_tasks = spec.episodes // spec.group
+    task_suite, tasks = compose.tasks(spec.suite, spec.split, n_tasks, seed=spec.seed)
+    policy, tokenizer = compose.load(spec.model, dtype=spec.dtype)
+    sim_sampler, sim_tokenizer = None, None
+    if spec.simulator is not None:
+        sim_sampler, sim_tokenizer = compose.load(
+            spec.simulator, dtype=spec.dtype, hint="--simulator"
+        )
     config = RolloutConfig(
         **spec.rollout_settings(), simulator=sim_sampler, simulator_tokenizer=sim_tokenizer
     )
@@ -90,7 +89,9 @@ def run_rollout(spec: RolloutSpec, out: Path | None, run_dir: Path | None, show:
         sinks.append(JsonlSink(out))
     with contextlib.ExitStack() as stack:
         if run_dir is not None:
-            writer = open_writer(None, run_dir, "rollout", spec.model, spec.suite, spec.record())
+            writer = compose.open_writer(
+                None, run_dir, "rollout", spec.model, spec.suite, spec.record()
+            )
             sinks.append(stack.enter_context(writer))
         meter = policy if isinstance(policy, TokenCounting) else None
         bar = ProgressSink(FanoutSink(tuple(sinks)), "rollout", unit="episode", meter=meter)
@@ -107,7 +108,6 @@ def run_rollout(spec: RolloutSpec, out: Path | None, run_dir: Path | None, show:
             tokenizer,
             config,
             spec.group,
-            example_pool=pool,
             progress=progress,
         )
         seconds = time.perf_counter() - started
@@ -129,41 +129,3 @@ ROLLOUT_OWN = (
     own_option("show", ["--show"], int, 4, "transcripts to print"),
 )
 rollout_command = spec_command(RolloutSpec, run_rollout, ROLLOUT_OWN)
-
-
-def _pick_tasks(
-    suite: str, split: str, n_tasks: int, seed: int
-) -> tuple[Suite, list[Task], list[Task]]:
-    """The suite, its split (the worked-example pool) and ``n_tasks`` tasks drawn with ``seed``."""
-    from envace_engine.environments import get_suite
-
-    try:
-        task_suite = get_suite(suite)
-        pool = task_suite.tasks(split)
-    except ValueError as err:
-        raise typer.BadParameter(str(err)) from err
-    if n_tasks > len(pool):
-        raise typer.BadParameter(f"{suite}/{split} has {len(pool)} tasks; asked for {n_tasks}")
-    return task_suite, pool, random.Random(seed).sample(pool, n_tasks)
-
-
-def _load_samplers(
-    model: str, simulator: str | None, dtype: SamplerDtype
-) -> tuple[Any, Sampler, Any, Sampler | None]:
-    """Policy tokenizer and sampler, and the simulator's (or None, None); ``dtype`` is both
-    embedded samplers' GEMM dtype."""
-    from envace_engine.models import ModelError, load_tokenizer, resolve
-    from envace_engine.samplers import make_sampler
-
-    try:
-        spec = resolve(model)
-        tokenizer = load_tokenizer(spec)
-        policy = make_sampler(spec, tokenizer=tokenizer, dtype=dtype)
-        if simulator is None:
-            return tokenizer, policy, None, None
-        sim_spec = resolve(simulator)
-        sim_tokenizer = load_tokenizer(sim_spec)
-        sim = make_sampler(sim_spec, tokenizer=sim_tokenizer, dtype=dtype)
-        return tokenizer, policy, sim_tokenizer, sim
-    except ModelError as err:
-        raise typer.BadParameter(str(err)) from err

@@ -17,6 +17,7 @@ from typing import Annotated, Any
 
 import typer
 
+from envace_engine.cli import compose
 from envace_engine.config import (
     TRACE_EPISODES,
     ConfigError,
@@ -127,16 +128,8 @@ def _fail(err: Exception) -> typer.BadParameter:
 
 
 def _open_run(root: str | None, kind: str, cfg: Any, run_id: str | None) -> Any:
-    from storage.shards import RunWriter
-
-    return RunWriter.create(
-        data_root(root),
-        kind,
-        model=cfg.model,
-        suite=cfg.suite,
-        config=cfg.model_dump(mode="json"),
-        run_id=run_id,
-    )
+    config = cfg.model_dump(mode="json")
+    return compose.open_writer(root, None, kind, cfg.model, cfg.suite, config, run_id)
 
 
 ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help=CONFIG_HELP)]

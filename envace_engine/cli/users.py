@@ -16,19 +16,17 @@ from typing import Any
 
 import typer
 
+from envace_engine.cli import compose
 from envace_engine.specs import EvalSpec, EvaluationSpec
 
 
-def _embedded(spec: str, model: str, checkpoint: Any, batch_size: int) -> tuple[Any, Any]:
+def _embedded(
+    spec: str, model: str, checkpoint: Any, batch_size: int, hint: str
+) -> tuple[Any, Any]:
     """The sampler and tokenizer of model ``spec`` (the agent's own when it is the same)."""
     if spec == model:  # one model plays several parts: share its weights and sampler
         return checkpoint.sampler, checkpoint.tokenizer
-    from envace_engine.models import load_tokenizer, resolve
-    from envace_engine.samplers import make_sampler
-
-    resolved = resolve(spec)
-    tokenizer = load_tokenizer(resolved)
-    return make_sampler(resolved, tokenizer=tokenizer, batch_size=batch_size), tokenizer
+    return compose.load(spec, batch_size=batch_size, hint=hint)
 
 
 def make_user(spec: EvalSpec, checkpoint: Any) -> Any:
@@ -45,7 +43,7 @@ def make_user(spec: EvalSpec, checkpoint: Any) -> Any:
             parse_endpoint(spec.user), max_tokens=tokens, temperature=temperature
         )
         return EndpointUser(endpoint)
-    sampler, tokenizer = _embedded(spec.user, spec.model, checkpoint, spec.batch_size)
+    sampler, tokenizer = _embedded(spec.user, spec.model, checkpoint, spec.batch_size, "--user")
     return SamplerUser(sampler, tokenizer, tokens, temperature, seed=spec.seed)
 
 
@@ -79,7 +77,7 @@ def make_judge(spec: EvaluationSpec, model: str, checkpoint: Any) -> Any:
     from envace_engine.rollout.judges import SamplerJudge
 
     try:
-        sampler, tokenizer = _embedded(spec.judge, model, checkpoint, spec.batch_size)
+        sampler, tokenizer = _embedded(spec.judge, model, checkpoint, spec.batch_size, "--judge")
     except (ValueError, RuntimeError) as err:
         raise typer.BadParameter(str(err), param_hint="--judge") from err
     return SamplerJudge(sampler, tokenizer, spec.judge_max_new_tokens, seed=spec.seed)

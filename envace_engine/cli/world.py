@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
+from envace_engine.cli import compose
 from envace_engine.cli.models import DtypeOpt
 from envace_engine.config import SamplerDtype
 
@@ -112,15 +113,8 @@ def _serve_settings(
 
 def _load(model: str, dtype: SamplerDtype) -> tuple[Any, Any]:
     """The sampler and tokenizer for ``model``, as ``envace eval --model`` loads them."""
-    from envace_engine.models import ModelError, load_tokenizer, resolve
-    from envace_engine.samplers import make_sampler
-
-    try:
-        spec = resolve(model)
-        tokenizer = load_tokenizer(spec)
-        return make_sampler(spec, tokenizer=tokenizer, batch_size=1, dtype=dtype), tokenizer
-    except ModelError as err:
-        raise _fail(err, "--model") from err
+    sampler, tokenizer = compose.load(model, batch_size=1, dtype=dtype)
+    return sampler, tokenizer
 
 
 @app.command("card")
