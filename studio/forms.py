@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -34,7 +34,7 @@ KINDS = {
 }
 # every suite of ``envace_engine.environments.suite_names()`` (a test checks they agree; the
 # studio does not import the engine's environments to list them)
-SUITES = (
+SuiteName = Literal[
     "toy",
     "toy-library",
     "bfcl-gen",
@@ -45,7 +45,8 @@ SUITES = (
     "vita-delivery-zh",
     "vita-delivery-en",
     "vita-instore",
-)
+]
+SUITES: tuple[str, ...] = get_args(SuiteName)
 # suites whose conversations need a simulated user (τ², VitaBench)
 USER_SUITES = frozenset(s for s in SUITES if s.startswith(("tau2-", "vita-")))
 USER_KINDS = frozenset({"eval"})  # commands that take a simulated user (``--user``)
@@ -128,18 +129,7 @@ class LaunchRequest(BaseModel):
 
     kind: Literal["train", "baseline", "sft", "eval", "sweep", "rollout"]
     model: str = Field(min_length=1)
-    suite: Literal[
-        "toy",
-        "toy-library",
-        "bfcl-gen",
-        "bfcl",
-        "tau2-airline",
-        "tau2-retail",
-        "tau2-mock",
-        "vita-delivery-zh",
-        "vita-delivery-en",
-        "vita-instore",
-    ]
+    suite: SuiteName
     # τ² and VitaBench only: the simulated user's model ("" = replay each task's scripted opening)
     user: str = ""
     # τ² and VitaBench evals and sweeps only: the judge (τ²'s NL assertions; every VitaBench
