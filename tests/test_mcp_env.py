@@ -4,6 +4,7 @@ the task file's checks, and bad input that fails at load with a message naming t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import subprocess
@@ -14,12 +15,13 @@ from pathlib import Path
 import pytest
 
 from envace_engine.environments import get_suite
+from envace_engine.environments.base import EnvironmentFault
 from envace_engine.environments.check import check_suite
 from envace_engine.environments.mcp.client import McpStartError
 from envace_engine.environments.mcp.spec import SuiteFileError
 from envace_engine.environments.mcp.suite import McpSuite
 from envace_engine.tasks import TaskFileError
-from envace_engine.types import ToolCall
+from envace_engine.types import StopReason, ToolCall
 from tests.mcp_helpers import EXAMPLE, EXAMPLE_SUITE, SERVER_MODULE, server_pids, write_suite
 
 pytestmark = pytest.mark.timeout(120)
@@ -174,15 +176,18 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _url_suite(tmp_path: Path, url: str) -> Path:
+def _url_suite(tmp_path: Path, url: str, server: str = "") -> Path:
     path = tmp_path / "http.toml"
     path.write_text(
         f'tasks = "{EXAMPLE / "tasks.jsonl"}"\n[server]\nurl = "{url}"\nstart_timeout_s = 10\n'
+        + server
     )
     return path
 
 
-def test_a_streamable_http_server_is_reached_by_url(tmp_path):
+@contextlib.contextmanager
+def _http_server():
+    """The example server over streamable HTTP (one shared inventory, with a reset tool)."""
     port = _free_port()
     command = [sys.executable, "-m", SERVER_MODULE, "--http", str(port)]
     server = subprocess.Popen(command, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
@@ -194,25 +199,80 @@ def test_a_streamable_http_server_is_reached_by_url(tmp_path):
                 break
             except OSError:
                 time.sleep(0.1)
-        path = _url_suite(tmp_path, f"http://127.0.0.1:{port}/mcp")
-        suite = McpSuite(f"mcp:{path}", path)
-        task = suite.tasks("train")[0]
-        assert {t["function"]["name"] for t in task.tools} == TOOLS
-        env = suite.make_env(task)
-        try:
-            assert env.execute(ToolCall("add_stock", {"item": "figs", "units": 1})).ok
-        finally:
-            env.close()
-        # One server for every episode: EnvACE neither starts nor resets it (docs/mcp.md).
-        again = suite.make_env(task)
-        try:
-            assert again.execute(ToolCall("get_stock", {"item": "figs"})).value["units"] == 13
-        finally:
-            again.close()
-        assert server.poll() is None  # closing an episode leaves a URL server running
+        yield f"http://127.0.0.1:{port}/mcp", server
     finally:
         server.terminate()
         server.wait(10)
+
+
+def _figs_after_adding_one(suite: McpSuite) -> int:
+    """Add a fig in one episode, then read the figs in the next."""
+    task = suite.tasks("train")[0]
+    env = suite.make_env(task)
+    try:
+        assert env.execute(ToolCall("add_stock", {"item": "figs", "units": 1})).ok
+    finally:
+        env.close()
+    again = suite.make_env(task)
+    try:
+        return again.execute(ToolCall("get_stock", {"item": "figs"})).value["units"]
+    finally:
+        again.close()
+
+
+def test_a_streamable_http_server_is_reached_by_url_and_reset_by_its_tool(tmp_path):
+    with _http_server() as (url, server):
+        plain = _url_suite(tmp_path, url)
+        suite = McpSuite(f"mcp:{plain}", plain)
+        # the reset tool is listed, and without reset_tool it is one more tool of the agent's
+        assert {t["function"]["name"] for t in suite.tasks("train")[0].tools} == TOOLS | {"reset"}
+        # without a reset tool the state carries from one episode to the next: adding 4 pears
+        # and checking for 7 passes once (the score replays the calls on the shared server)
+        assert _figs_after_adding_one(suite) == 13
+        pears = suite.tasks("train")[1]
+        solved = [list(turn) for turn in pears.reference_calls]
+        assert [suite.score(pears, solved, []) for _ in range(2)] == [1.0, 0.0]
+        path = _url_suite(tmp_path, url, 'reset_tool = "reset"\n')
+        reset = McpSuite(f"mcp:{path}", path)
+        task = reset.tasks("train")[0]
+        assert {t["function"]["name"] for t in task.tools} == TOOLS  # hidden from the agent
+        assert _figs_after_adding_one(reset) == 12  # each episode starts from the initial stock
+        env = reset.make_env(task)
+        try:
+            said = env.execute(ToolCall("reset", {}))
+            assert said.error is not None and said.error.code == "TOOL_NOT_AVAILABLE"
+        finally:
+            env.close()
+        assert [reset.score(pears, solved, []) for _ in range(2)] == [1.0, 1.0]
+        assert server.poll() is None  # closing an episode leaves a URL server running
+
+
+def test_a_reset_tool_the_server_lacks_is_named(tmp_path):
+    with _http_server() as (url, _):
+        path = _url_suite(tmp_path, url, 'reset_tool = "restart"\n')
+        with pytest.raises(
+            SuiteFileError,
+            match=r"http.toml: field 'server.reset_tool': the "
+            r"server lists no tool 'restart'; its tools: add_stock",
+        ):
+            McpSuite(f"mcp:{path}", path)
+
+
+def test_a_failing_reset_ends_the_episode_not_the_job(tmp_path):
+    with _http_server() as (url, _):
+        # a stock the reset tool refuses: the server answers with a tool error
+        extra = 'reset_tool = "reset"\n[server.reset_arguments]\nstock = { apples = -1 }\n'
+        path = _url_suite(tmp_path, url, extra)
+        suite = McpSuite(f"mcp:{path}", path)
+        env = suite.make_env(suite.tasks("train")[0])  # opening the episode does not raise
+        try:
+            with pytest.raises(
+                EnvironmentFault, match=r"reset tool 'reset' failed: .*stock units must be 0"
+            ) as got:
+                env.execute(ToolCall("list_items", {}))
+            assert got.value.stop is StopReason.ENV_MALFORMED
+        finally:
+            env.close()
 
 
 def test_a_url_with_no_server_is_named(tmp_path):

@@ -49,7 +49,9 @@ class McpStartError(ValueError):
 @dataclass(frozen=True)
 class ServerSpec:
     """How to reach a server: a stdio ``command`` with ``args`` (started per connection), or
-    a streamable-HTTP ``url`` (already running: EnvACE neither starts nor resets it)."""
+    a streamable-HTTP ``url`` (already running: EnvACE does not start it). ``reset_tool``: a
+    tool called with ``reset_arguments`` when each episode's session opens (hidden from the
+    agent), how a URL server is put back in its initial state."""
 
     command: str | None = None
     args: tuple[str, ...] = ()
@@ -58,6 +60,8 @@ class ServerSpec:
     url: str | None = None
     call_timeout_s: float = 30.0
     start_timeout_s: float = 30.0
+    reset_tool: str | None = None
+    reset_arguments: dict[str, Any] = field(default_factory=dict)
 
     def describe(self) -> str:
         """The command line (or URL), as error messages name the server."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,9 @@ class ServerModel(_Strict):
     url: str | None = Field(default=None, pattern=r"^https?://")
     call_timeout_s: float = Field(default=30.0, gt=0, le=3600)
     start_timeout_s: float = Field(default=30.0, gt=0, le=3600)
+    # a tool called when each episode's session opens, hidden from the agent (docs/mcp.md)
+    reset_tool: str | None = Field(default=None, min_length=1)
+    reset_arguments: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _one_way_in(self) -> ServerModel:
@@ -114,22 +118,18 @@ def read_suite_file(path: Path) -> SuiteModel:
 
 def server_spec(model: ServerModel, folder: Path) -> ServerSpec:
     """The connection settings, with ``{python}`` and relative paths resolved."""
-    if model.url is not None:
-        return ServerSpec(
-            url=model.url,
-            call_timeout_s=model.call_timeout_s,
-            start_timeout_s=model.start_timeout_s,
-        )
-    command = sys.executable if model.command == PYTHON else model.command
-    cwd = (folder / model.cwd) if model.cwd is not None else folder
-    return ServerSpec(
-        command=command,
-        args=tuple(model.args),
-        env=dict(model.env),
-        cwd=str(cwd.resolve()),
+    base = ServerSpec(
         call_timeout_s=model.call_timeout_s,
         start_timeout_s=model.start_timeout_s,
+        reset_tool=model.reset_tool,
+        reset_arguments=dict(model.reset_arguments),
     )
+    if model.url is not None:
+        return replace(base, url=model.url)
+    command = sys.executable if model.command == PYTHON else model.command
+    cwd = (folder / model.cwd) if model.cwd is not None else folder
+    args, env = tuple(model.args), dict(model.env)
+    return replace(base, command=command, args=args, env=env, cwd=str(cwd.resolve()))
 
 
 def read_task_file(path: Path) -> list[tuple[int, McpTaskModel]]:

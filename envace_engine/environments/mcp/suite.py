@@ -1,10 +1,12 @@
-"""Suite ``mcp:PATH``: tasks against a real MCP server, one fresh server process per episode.
+"""Suite ``mcp:PATH``: tasks against a real MCP server, one fresh session per episode.
 
 ``get_suite("mcp:path/to/suite.toml")`` reads the suite file and its task file, starts the
 server once to list its tools (``tools/list``, converted to OpenAI function schemas) and checks
 every task's reference and state calls against them, so a bad command or a misspelt tool fails
-at load, naming the command or the file and line. ``make_env`` starts a fresh server for each
-episode; the rollout closes it when the episode ends (``McpEnvironment.close``).
+at load, naming the command or the file and line. ``make_env`` opens a session for each
+episode (a stdio server: a fresh process), and calls the suite's reset tool first when it names
+one (a URL server's way back to its initial state); the rollout closes it when the episode ends
+(``McpEnvironment.close``).
 
 Score (``score``): the agent's calls are replayed on a fresh server, then the task's ``state``
 probe calls run; the score is the fraction of checks passed, each expected answer text (found
@@ -27,6 +29,7 @@ from envace_engine.environments.base import EnvironmentFault, close_env
 from envace_engine.environments.mcp.client import McpConnection, ServerSpec
 from envace_engine.environments.mcp.spec import (
     McpTaskModel,
+    SuiteFileError,
     read_suite_file,
     read_task_file,
     server_spec,
@@ -39,7 +42,7 @@ from envace_engine.environments.tool_environment import (
 )
 from envace_engine.environments.toy.suite import answer_credit
 from envace_engine.tasks import MAX_REPORTED, TaskFileError
-from envace_engine.types import Task, ToolCall, ToolError, ToolResult
+from envace_engine.types import StopReason, Task, ToolCall, ToolError, ToolResult
 
 PREFIX = "mcp:"
 MCP_ERROR = "MCP_ERROR"  # the server answered a call with a JSON-RPC error
@@ -81,9 +84,31 @@ class McpEnvironment:
     def __init__(self, task: Task, spec: ServerSpec) -> None:
         self.task = task
         self._conn = McpConnection(spec)
-        self._tools = [to_openai_tool(t) for t in self._conn.tools]
+        listed = [t for t in self._conn.tools if t.name != spec.reset_tool]
+        self._tools = [to_openai_tool(t) for t in listed]
         self._schemas = parameter_schemas(self._tools)
         self._calls = 0
+        # a reset that fails ends the episode at its first call (never the job): the loop
+        # handles an EnvironmentFault from ``execute``, not from opening the environment
+        self._fault = self._reset()
+
+    def _reset(self) -> EnvironmentFault | None:
+        """Call the suite's reset tool, if it names one; the fault it caused, if any."""
+        spec = self._conn.spec
+        if spec.reset_tool is None:
+            return None
+        try:
+            result = self._conn.call(spec.reset_tool, dict(spec.reset_arguments))
+        except EnvironmentFault as fault:
+            return fault
+        except MCPError as err:
+            refused = err.error.message
+            return EnvironmentFault(StopReason.ENV_MALFORMED, f"reset tool refused: {refused}")
+        failed = to_tool_result(result, ToolCall(spec.reset_tool, {})).error
+        if failed is not None:
+            what = f"reset tool {spec.reset_tool!r} failed: {failed.message}"
+            return EnvironmentFault(StopReason.ENV_MALFORMED, what)
+        return None
 
     def tools(self) -> list[dict[str, Any]]:
         """The server's tools, as listed when this episode's server started."""
@@ -96,6 +121,8 @@ class McpEnvironment:
         """Check the call against the schemas (the same errors as every suite, and nothing
         malformed reaches the server), then ``tools/call``. A broken server raises
         ``EnvironmentFault``; everything the server says is a result."""
+        if self._fault is not None:
+            raise self._fault
         refused = check_call(call, self._schemas)
         if refused is not None:
             return ToolResult(error=refused)
@@ -129,9 +156,16 @@ class McpSuite:
         lines = read_task_file(task_path)  # format errors first: no server needed for them
         probe = McpConnection(self.spec)
         try:
-            self.tool_schemas = tuple(to_openai_tool(t) for t in probe.tools)
+            listed = {t.name: t for t in probe.tools}
         finally:
             probe.close()
+        reset = self.spec.reset_tool
+        if reset is not None and reset not in listed:
+            raise SuiteFileError(
+                f"{path}: field 'server.reset_tool': the server lists no tool {reset!r}; its "
+                f"tools: {', '.join(sorted(listed))}"
+            )
+        self.tool_schemas = tuple(to_openai_tool(t) for n, t in listed.items() if n != reset)
         self._check_calls(task_path, lines)
         self._tasks = [self._task(model) for _, model in lines]
 

@@ -3,7 +3,8 @@
 Run as ``python -m envace_engine.environments.mcp.example.server``. Its state (four items and
 their units) lives in the process, so every episode starts from the same stock and what one
 episode changes another never sees. Four tools: ``list_items``, ``get_stock``, ``add_stock``,
-``remove_stock``; an unknown item, a non-positive quantity or removing more units than are in
+``remove_stock`` (``--http PORT``: one shared inventory, and a fifth tool ``reset`` for the
+suite's ``reset_tool``); an unknown item, a non-positive quantity or removing more units than are in
 stock is a tool error (``isError``) the model reads.
 
 ``--fault KIND --after N`` makes the server misbehave on its ``N+1``-th tool call, for the
@@ -113,10 +114,23 @@ class CorruptingWriter:
         await self.aclose()
 
 
-def build(fault: Fault) -> MCPServer:
-    """The server with the inventory's four tools; ``fault`` sees every call first."""
+def build(fault: Fault, shared: bool = False) -> MCPServer:
+    """The server with the inventory's four tools; ``fault`` sees every call first.
+    ``shared`` (one server for every episode, over HTTP): a fifth tool, ``reset``, puts the
+    stock back to its initial state (a suite names it as its ``reset_tool``)."""
     shop = Inventory()
     server: MCPServer = MCPServer("envace-inventory", log_level="WARNING")
+
+    if shared:
+
+        @server.tool()
+        def reset(stock: dict[str, int] | None = None) -> dict[str, int]:
+            """Put the shop back to its initial stock (or to ``stock``); the stock."""
+            wanted = dict(INITIAL_STOCK if stock is None else stock)
+            if any(units < 0 for units in wanted.values()):
+                raise ToolError(f"stock units must be 0 or more (got {wanted})")
+            shop.stock = wanted
+            return shop.list_items()
 
     @server.tool()
     def list_items() -> dict[str, int]:
@@ -165,7 +179,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--http", type=int, metavar="PORT", help="serve streamable HTTP instead")
     args = parser.parse_args(argv)
     if args.http is not None:  # one shared inventory for every client: state is not per episode
-        build(Fault(args.fault, args.after)).run("streamable-http", port=args.http)
+        build(Fault(args.fault, args.after), shared=True).run("streamable-http", port=args.http)
         return
     anyio.run(serve, Fault(args.fault, args.after))
 
