@@ -22,7 +22,7 @@ PACKAGES = ("envace_engine", "storage", "studio")
 CONFIG_FILES = (
     "envace_engine/config.py",
     "envace_engine/specs.py",
-    "envace_engine/study/config.py",
+    "recipes/study/config.py",
 )
 
 

@@ -89,9 +89,9 @@ def run(args: argparse.Namespace) -> dict:
     from envace_engine.models import load_model, load_tokenizer, resolve
     from envace_engine.samplers import make_sampler
     from envace_engine.samplers.embedded.sampler import HFSampler
-    from envace_engine.study.config import StudyConfig
-    from envace_engine.study.evaluation import Policy, evaluate_settings, make_rehearser
-    from envace_engine.study.runner import make_plan
+    from recipes.study.config import StudyConfig
+    from recipes.study.evaluation import Policy, evaluate_settings, make_rehearser
+    from recipes.study.runner import make_plan
 
     sets = [f"model={json.dumps(args.model)}", f"eval.n_tasks={args.n_tasks}"]
     sets.append(f"eval.repeats={args.repeats}")

@@ -92,13 +92,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from envace_engine.config import load
     from envace_engine.samplers.embedded.sampler import HFSampler
     from envace_engine.sink import JsonlSink
-    from envace_engine.study.config import StudyConfig
-    from envace_engine.study.evaluation import (
+    from recipes.study.config import StudyConfig
+    from recipes.study.evaluation import (
         evaluate_fidelity,
         evaluate_settings,
         make_rehearser,
     )
-    from envace_engine.study.runner import load_policy, make_plan
+    from recipes.study.runner import load_policy, make_plan
 
     sets = [f"model={json.dumps(args.model)}", f"eval.n_tasks={args.n_tasks}"]
     config = load(StudyConfig, args.config, [*sets, f"eval.repeats={args.repeats}"])

@@ -43,7 +43,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.record import add_record_flag, record
-from envace_engine.study.lanes import lane_threads
+from recipes.study.lanes import lane_threads
 
 ROOT = Path(__file__).resolve().parents[1]
 PAIRS = ("train+eval", "train+train", "eval+eval")

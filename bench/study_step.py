@@ -85,7 +85,7 @@ PERF = (
 def _arm_config(args: argparse.Namespace, variant: str):
     """The arm's ``TrainConfig`` with the variant's dtypes (probes off, no checkpoints kept)."""
     from envace_engine.config import TrainConfig, build, load
-    from envace_engine.study.config import StudyConfig
+    from recipes.study.config import StudyConfig
 
     study = load(StudyConfig, args.config)
     data = study.arm_config(args.arm, f"bench-{variant}").model_dump(mode="json")

@@ -107,8 +107,8 @@ MEMORY_TOKENS = 96
 EVAL_CACHE_TOKENS = 65536
 """Prefix-cache tokens an evaluation's embedded sampler keeps, also while a rollout runs
 (``HFSampler``'s ``prefix_cache_tokens`` and ``call_cache_tokens``): an evaluation is one long
-decode session per rollout, and a cache evicting only when a session ends grew to 144k tokens
-(6.2 GB) with a 20.5 GB peak (``bench/eval_memory.py``; docs/samplers.md)."""
+decode session per rollout, and a cache evicting only when a session ends grows with it
+(measured by ``bench/eval_memory.py``; docs/samplers.md)."""
 
 
 # experiment trackers a run can also log its metrics to (``envace_engine.tracking``)

@@ -160,7 +160,7 @@ def make_sweep(root: Path, run_id: str = "sweep-demo", config: dict | None = Non
 def study_state(config):
     """A hand-made finished study: 8 tasks; sft solves 4 (1 in its rehearsed world, exact 0.3),
     envace 6 (5 rehearsed, exact 0.7; 8 at parallel N=2), and so on for the other arms."""
-    from envace_engine.study.state import (
+    from recipes.study.state import (
         ArmState,
         CheckpointEval,
         FidelityResult,
@@ -216,8 +216,8 @@ def study_state(config):
 def make_study(root: Path, run_id: str = "study-demo") -> str:
     """A study run folder holding the report of ``study_state`` (what the Study page reads)."""
     from envace_engine.config import build
-    from envace_engine.study.config import StudyConfig
-    from envace_engine.study.report import build_report, write_report
+    from recipes.study.config import StudyConfig
+    from recipes.study.report import build_report, write_report
 
     config = build(StudyConfig, {"model": "tiny", "eval": {"bootstrap": 300}})
     with RunWriter.create(root, "study", model="tiny", suite="toy", run_id=run_id) as writer:

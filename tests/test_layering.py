@@ -11,8 +11,10 @@ Inside the engine, each layer may import only the layers below it:
       → rollout
       → fidelity
       → training, testtime            (side by side)
-      → study                         (the reproduction study: arms, evaluations, report)
       → cli
+
+Recipes (``recipes/``: the reproduction study) sit on top: they may import the engine and
+storage, never the studio; nothing in the engine, storage or the studio imports a recipe.
 """
 
 from __future__ import annotations
@@ -35,15 +37,6 @@ ALLOWED: dict[str, set[str]] = {
     "fidelity": {FOUNDATION},
     "training": {FOUNDATION, "environments", "samplers", "rollout", "fidelity"},
     "testtime": {FOUNDATION, "environments", "samplers", "rollout", "fidelity"},
-    "study": {
-        FOUNDATION,
-        "environments",
-        "samplers",
-        "rollout",
-        "fidelity",
-        "training",
-        "testtime",
-    },
     "cli": {
         FOUNDATION,
         "environments",
@@ -52,7 +45,6 @@ ALLOWED: dict[str, set[str]] = {
         "fidelity",
         "training",
         "testtime",
-        "study",
     },
 }
 # The engine modules storage may read: plain data and the pure rehearsed-vs-real comparison
@@ -123,6 +115,18 @@ def test_every_engine_package_is_a_known_layer():
 @pytest.mark.parametrize("path", _modules("envace_engine", exclude="cli"), ids=str)
 def test_engine_does_not_import_storage_or_ui(path):
     assert not _roots(path) & {"storage", "studio", "gradio"}
+
+
+@pytest.mark.parametrize("path", _modules("recipes"), ids=str)
+def test_recipes_use_the_engine_and_storage_not_the_studio(path):
+    assert not _roots(path) & {"studio", "gradio"}
+
+
+@pytest.mark.parametrize(
+    "path", _modules("envace_engine") + _modules("storage") + _modules("studio"), ids=str
+)
+def test_nothing_below_imports_a_recipe(path):
+    assert "recipes" not in _roots(path)
 
 
 @pytest.mark.parametrize("path", _modules("storage"), ids=str)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from envace_engine.config import ConfigError, build, load
-from envace_engine.study.config import ARMS, StudyConfig
+from recipes.study.config import ARMS, StudyConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "configs" / "study-tiny.toml"

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from envace_engine.config import build
-from envace_engine.study.config import StudyConfig
-from envace_engine.study.report import build_report, markdown
-from envace_engine.study.state import (
+from recipes.study.config import StudyConfig
+from recipes.study.report import build_report, markdown
+from recipes.study.state import (
     ArmState,
     CheckpointEval,
     FidelityResult,

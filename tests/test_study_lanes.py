@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from envace_engine.config import build
-from envace_engine.study.config import StudyConfig
-from envace_engine.study.lanes import (
+from recipes.study.config import StudyConfig
+from recipes.study.lanes import (
     LanesError,
     Unit,
     blocked,
@@ -24,7 +24,7 @@ from envace_engine.study.lanes import (
     prepare,
     release,
 )
-from envace_engine.study.state import ArmState, CheckpointEval, Owned, StudyState, merge_save
+from recipes.study.state import ArmState, CheckpointEval, Owned, StudyState, merge_save
 
 
 class Sinks:

@@ -8,9 +8,9 @@ import pytest
 
 from envace_engine.config import build
 from envace_engine.stats import Estimate
-from envace_engine.study.config import StudyConfig
-from envace_engine.study.report import at_least, build_report, effect, greater, markdown
-from envace_engine.study.state import StudyState
+from recipes.study.config import StudyConfig
+from recipes.study.report import at_least, build_report, effect, greater, markdown
+from recipes.study.state import StudyState
 from tests.studio_data import make_study, study_state
 
 

@@ -9,10 +9,10 @@ from typer.testing import CliRunner
 
 from envace_engine.cli import app
 from envace_engine.config import build
-from envace_engine.study.config import StudyConfig
-from envace_engine.study.report import build_report, markdown
-from envace_engine.study.runner import _redo_suffix
-from envace_engine.study.state import ArmState, CheckpointEval, StudyState
+from recipes.study.config import StudyConfig
+from recipes.study.report import build_report, markdown
+from recipes.study.runner import _redo_suffix
+from recipes.study.state import ArmState, CheckpointEval, StudyState
 from storage.layout import read_progress, run_dir
 from storage.shards import RunWriter
 from tests.studio_data import study_state
@@ -62,8 +62,8 @@ def test_cli_redo_errors_name_the_problem(tmp_path, monkeypatch):
 
 
 def test_resume_may_change_only_eval_settings_and_records_them(tmp_path, monkeypatch):
-    from envace_engine.cli.study import _study_config
-    from envace_engine.study.evaluation import plan_settings
+    from recipes.study.cli import _study_config
+    from recipes.study.evaluation import plan_settings
     from storage.layout import read_manifest
 
     monkeypatch.setenv("ENVACE_HOME", str(tmp_path))
@@ -92,8 +92,8 @@ def test_resume_may_change_only_eval_settings_and_records_them(tmp_path, monkeyp
 
 
 def test_retired_runs_are_evaluated_last_and_only_when_asked(tmp_path):
-    from envace_engine.cli.study import WriterSinks
-    from envace_engine.study.runner import checkpoints
+    from recipes.study.cli import WriterSinks
+    from recipes.study.runner import checkpoints
 
     sinks = WriterSinks(tmp_path, "toy")
     config = build(StudyConfig, {"model": "tiny", "arms": ["envace", "real-grpo"]})
@@ -143,7 +143,7 @@ def test_arms_keep_the_checkpoints_prompt_settings_across_a_resume(tmp_path):
 def test_a_study_refuses_a_starting_checkpoint_other_than_its_own(tmp_path: Path):
     """The digest of the starting checkpoint is recorded once; a rebuilt checkpoint with other
     weights is refused by name, the same bytes pass, and a registry model has no digest."""
-    from envace_engine.study.runner import StartChanged, check_start
+    from recipes.study.runner import StartChanged, check_start
 
     ckpt = tmp_path / "model"
     ckpt.mkdir()
@@ -163,7 +163,7 @@ def test_a_study_refuses_a_starting_checkpoint_other_than_its_own(tmp_path: Path
 
 
 def test_an_arm_whose_checkpoints_were_lost_starts_again_cleanly():
-    from envace_engine.study.runner import forget_lost_steps
+    from recipes.study.runner import forget_lost_steps
 
     state = StudyState("s", arms={"envace": ArmState("s--envace", "running", 7, seconds=420.0)})
     state.curves["envace"] = {"0": {"loss": 1.0}, "6": {"loss": 0.5}}
@@ -180,7 +180,7 @@ def test_a_finished_arm_whose_checkpoint_was_lost_mid_evaluation_trains_again(tm
     """Restored from a copy of study.json elsewhere: a done arm with an unfinished evaluation and
     no checkpoint on disk starts again; its partial evaluation comes back only when the
     retrained weights have the recorded digest."""
-    from envace_engine.study.runner import digest, keep_verified_eval, reopen_lost_arm
+    from recipes.study.runner import digest, keep_verified_eval, reopen_lost_arm
 
     config = build(StudyConfig, {"model": "tiny", "eval": {"bootstrap": 300}})
     state = study_state(config)
@@ -226,7 +226,7 @@ def test_a_finished_arm_whose_checkpoint_was_lost_mid_evaluation_trains_again(tm
 
 def test_arms_retrained_for_a_lost_checkpoint_run_after_the_arms_not_yet_trained(tmp_path: Path):
     """A restored study first trains the arms it has no results for, in config order."""
-    from envace_engine.study.runner import arm_order
+    from recipes.study.runner import arm_order
 
     config = build(StudyConfig, {"model": "tiny", "eval": {"bootstrap": 300}})
     state = study_state(config)
@@ -248,8 +248,8 @@ def test_arms_retrained_for_a_lost_checkpoint_run_after_the_arms_not_yet_trained
 def test_base_is_evaluated_before_an_arm_trains_again_for_a_lost_checkpoint(tmp_path, monkeypatch):
     """A restored study evaluates the checkpoints no arm trains (base) before it spends an arm's
     training on results it has part of; a fresh study keeps arms first, base after them."""
-    from envace_engine.cli.study import WriterSinks
-    from envace_engine.study import runner
+    from recipes.study import runner
+    from recipes.study.cli import WriterSinks
 
     config = build(
         StudyConfig,

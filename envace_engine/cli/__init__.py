@@ -1,4 +1,5 @@
-"""The ``envace`` command line: one Typer app, one module per command group.
+"""The ``envace`` command line: one Typer app, one module per command group, plus the command
+groups recipes register (the ``envace.commands`` entry point).
 
 Heavy libraries (torch, transformers) are imported inside commands, never at import time, so
 ``envace --help`` and ``envace studio`` start fast and the studio never imports torch.
@@ -7,6 +8,7 @@ Heavy libraries (torch, transformers) are imported inside commands, never at imp
 from __future__ import annotations
 
 import logging
+from importlib.metadata import entry_points
 
 import typer
 
@@ -16,7 +18,6 @@ from envace_engine.cli import models as _models
 from envace_engine.cli import push as _push
 from envace_engine.cli import rollout as _rollout
 from envace_engine.cli import studio as _studio
-from envace_engine.cli import study as _study
 from envace_engine.cli import tasks as _tasks
 from envace_engine.cli import train as _train
 from envace_engine.cli import world as _world
@@ -30,7 +31,6 @@ app = typer.Typer(
 )
 app.add_typer(_models.app, name="models")
 app.add_typer(_tasks.app, name="tasks")
-app.add_typer(_study.app, name="study")
 app.add_typer(_world.app, name="world")
 app.command("studio")(_studio.studio)
 app.command("rollout")(_rollout.rollout_command)
@@ -42,6 +42,12 @@ app.command("sft")(_train.sft)
 app.command("train")(_train.train)
 app.command("eval")(_eval.eval_command)
 app.command("sweep")(_eval.sweep_command)
+
+# Recipes (experiments built on the engine, e.g. ``recipes.study``: ``envace study``) add their
+# command groups through this entry point; the engine never imports them itself.
+COMMANDS_GROUP = "envace.commands"
+for _entry in entry_points(group=COMMANDS_GROUP):
+    app.add_typer(_entry.load(), name=_entry.name)
 
 
 def main() -> None:

@@ -1,9 +1,9 @@
 """Lanes: a study's units run several at a time, each lane a process on its share of the cores.
 
 Why. A small model's step on a CPU is partly serial — Python bookkeeping, small and
-memory-bound operations — so one process rarely keeps every core busy. On the 2-core EPYC,
-an arm's steps beside an evaluation, one thread each, did 1.30× the work per second of one
-unit at a time with both threads (``bench/lanes.py``; docs/study.md, *Lanes*). With
+memory-bound operations — so one process rarely keeps every core busy, and two units side by
+side, one thread each, can do more work per second than one unit with both threads
+(measured by ``bench/lanes.py``; results in ``bench/results/``). With
 ``StudyConfig.lanes = L`` the study runs L lane processes, each with ``cores // L`` threads.
 
 How. The units are those of ``runner.study_units``: each arm's training, each checkpoint's
@@ -33,10 +33,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from envace_engine.study.config import StudyConfig
-from envace_engine.study.evaluation import plan_settings
-from envace_engine.study.report import build_report, write_report
-from envace_engine.study.runner import (
+from recipes.study.config import StudyConfig
+from recipes.study.evaluation import plan_settings
+from recipes.study.report import build_report, write_report
+from recipes.study.runner import (
     KEPT,
     RunSinks,
     evaluate_checkpoint,
@@ -46,7 +46,7 @@ from envace_engine.study.runner import (
     train_arm,
     untrained_checkpoints,
 )
-from envace_engine.study.state import Owned, StudyState, locked, merge_save
+from recipes.study.state import Owned, StudyState, locked, merge_save
 
 POLL_S = 5.0  # how often a waiting lane looks for work, and the supervisor for exits
 BANK_S = 15.0  # how often the supervisor adds the elapsed wall time to ``study.json``

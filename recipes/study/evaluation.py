@@ -27,7 +27,6 @@ from envace_engine.rollout.rewards import RewardFn
 from envace_engine.rollout.shadow import replay_shadow
 from envace_engine.seeds import derive_seed
 from envace_engine.sink import Sink
-from envace_engine.study.state import FidelityResult, SettingResult
 from envace_engine.testtime.evaluate import (
     EvalConfig,
     EvalResult,
@@ -46,6 +45,7 @@ from envace_engine.testtime.rehearsal import (
 )
 from envace_engine.training.probe import WorldCheck, check_world, judge_world
 from envace_engine.types import Mode, Task
+from recipes.study.state import FidelityResult, SettingResult
 
 
 @dataclass(frozen=True)

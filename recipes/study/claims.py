@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from envace_engine.stats import Estimate
 
 if TYPE_CHECKING:
-    from envace_engine.study.report import Builder
+    from recipes.study.report import Builder
 
 MARGIN_B = 0.05  # (b′): within 5 points of real-grpo
 SELECT = "select N=2"
@@ -55,14 +55,14 @@ def _delta(builder: Builder, a: str, b: str, key: str) -> Estimate | None:
 
 
 def _show(d: Estimate | None) -> str:
-    from envace_engine.study.report import fmt_est
+    from recipes.study.report import fmt_est
 
     return "n/a" if d is None else fmt_est(d)
 
 
 def claim_a(builder: Builder) -> dict[str, Any]:
     """(a′): module docstring."""
-    from envace_engine.study.report import not_run, verdict
+    from recipes.study.report import not_run, verdict
 
     text = (
         "(a′) with the fidelity signal, held-out rehearsal fidelity rises over sft; without it not"
@@ -90,7 +90,7 @@ def claim_a(builder: Builder) -> dict[str, Any]:
 
 def claim_b(builder: Builder) -> dict[str, Any]:
     """(b′): module docstring."""
-    from envace_engine.study.report import not_run, verdict
+    from recipes.study.report import not_run, verdict
 
     text = "(b′) fidelity's real-tool success within 5 points of real-grpo and above simulator"
     if not builder._ready("fidelity", "real-grpo", "simulator"):
@@ -111,7 +111,7 @@ def claim_b(builder: Builder) -> dict[str, Any]:
 
 def claim_c(builder: Builder) -> dict[str, Any]:
     """(c′): module docstring."""
-    from envace_engine.study.report import not_run, verdict
+    from recipes.study.report import not_run, verdict
 
     text = "(c′) the collusion instruments separate the task-only arm from the fidelity arm"
     echo = _delta(builder, "envace", "fidelity", "echo_rate")
@@ -134,7 +134,7 @@ def claim_c(builder: Builder) -> dict[str, Any]:
 
 def claim_d(builder: Builder) -> dict[str, Any]:
     """(d′): module docstring."""
-    from envace_engine.study.report import PLAIN, not_run, verdict
+    from recipes.study.report import PLAIN, not_run, verdict
 
     text = "(d′) select N=2 without the schema check helps the fidelity-trained policy"
     sel, plain = builder._setting("fidelity", SELECT), builder._setting("fidelity", PLAIN)

@@ -35,8 +35,9 @@ from envace_engine.environments import get_suite
 from envace_engine.rollout.loop import RolloutConfig
 from envace_engine.rollout.rewards import state_reward
 from envace_engine.sink import Sink
-from envace_engine.study.config import StudyConfig
-from envace_engine.study.evaluation import (
+from envace_engine.types import Episode
+from recipes.study.config import StudyConfig
+from recipes.study.evaluation import (
     EvalPlan,
     Policy,
     evaluate_fidelity,
@@ -44,9 +45,8 @@ from envace_engine.study.evaluation import (
     make_rehearser,
     plan_settings,
 )
-from envace_engine.study.report import build_report, write_report
-from envace_engine.study.state import ArmState, CheckpointEval, HeldEval, StudyState
-from envace_engine.types import Episode
+from recipes.study.report import build_report, write_report
+from recipes.study.state import ArmState, CheckpointEval, HeldEval, StudyState
 
 # Step metrics an arm's curves keep (the report plots them; the arm's run has all of them).
 CURVE_METRICS = (

@@ -7,12 +7,11 @@ arm, evaluates every checkpoint and writes the report into the study's run folde
 
 Each unit (an arm's training, a checkpoint's evaluation) runs in a fresh program image: after a
 unit the process saves the study and ``exec``s ``envace study --resume <folder>`` (same pid, so a
-supervisor's signals and ``kill`` still reach it). On the 2-core EPYC, one evaluation setting of
-the same checkpoint took 472 s in the process that had just trained the arm and 334 s in a fresh
-process, with identical results (docs/study/RESULTS.md, *Cost*); arms trained after other units ran
-slower too. ``--one-process`` keeps every unit in one process. With ``lanes`` > 1 this
-process supervises that many lane processes (``--lane``, each also a fresh image per unit),
-which run units side by side (``study.lanes``).
+supervisor's signals and ``kill`` still reach it): a process that has trained an arm evaluates
+more slowly than a fresh one, with identical results (docs/study/RESULTS.md, *Cost*).
+``--one-process`` keeps every unit in one process. With ``lanes`` > 1 this process supervises
+that many lane processes (``--lane``, each also a fresh image per unit), which run units side
+by side (``study.lanes``).
 The arms and evaluations are runs of their own (``<study>--<arm>``, ``<study>--eval-<name>``,
 ``<study>--fidelity-<name>``), written through ``storage``'s run writers, so the studio shows
 each of them too.
@@ -115,7 +114,7 @@ def _study_config(
     """The validated config, and the study folder when resuming. On resume, ``--set`` may change
     only ``[eval]`` and ``lanes`` (``RESUMABLE``: the arms share every other setting); the
     change is recorded in the study's run.json, so later resumes and the report see it."""
-    from envace_engine.study.config import RESUMABLE, StudyConfig
+    from recipes.study.config import RESUMABLE, StudyConfig
     from storage.layout import read_manifest, rewrite_config, run_dir
 
     if resume is None:
@@ -164,14 +163,14 @@ def study(
     """Run (or --resume) the study of a config; see `envace study report` for its report."""
     if ctx.invoked_subcommand is not None:
         return
-    from envace_engine.study.runner import (
+    from recipes.study.runner import (
         StartChanged,
         check_start,
         pause,
         redo_arms,
         run_study,
     )
-    from envace_engine.study.state import StudyState
+    from recipes.study.state import StudyState
     from storage.shards import RunWriter
 
     try:
@@ -238,7 +237,7 @@ def _lane_argv(folder: Path) -> list[str]:
 
 def _supervise(cfg: Any, writer: Any, sinks: WriterSinks, log: Any) -> None:
     """Run the study in ``cfg.lanes`` lane processes (``study.lanes``)."""
-    from envace_engine.study.lanes import LanesError, supervise
+    from recipes.study.lanes import LanesError, supervise
 
     try:
         supervise(cfg, writer.path, _lane_argv(writer.path), log, sinks, writer.progress)
@@ -248,7 +247,7 @@ def _supervise(cfg: Any, writer: Any, sinks: WriterSinks, log: Any) -> None:
 
 def _lane(cfg: Any, folder: Path | None) -> None:
     """One lane of a study that runs in lanes: claim a unit, run it, go on in a fresh image."""
-    from envace_engine.study.lanes import lane_main
+    from recipes.study.lanes import lane_main
 
     if folder is None:
         raise typer.BadParameter("--lane runs inside a study: pass --resume RUN with it")
@@ -292,9 +291,9 @@ def report(
     fmt: Annotated[str, typer.Option("--format", help="md | json")] = "md",
 ) -> None:
     """Print a study's report (from its study.json; works while it runs)."""
-    from envace_engine.study.config import StudyConfig
-    from envace_engine.study.report import build_report, markdown
-    from envace_engine.study.state import StudyState
+    from recipes.study.config import StudyConfig
+    from recipes.study.report import build_report, markdown
+    from recipes.study.state import StudyState
     from storage.layout import read_manifest, run_dir
 
     if fmt not in ("md", "json"):

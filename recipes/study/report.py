@@ -29,9 +29,9 @@ from typing import Any, TypeVar
 
 from envace_engine.fidelity.collusion import COLLUSION_RATES
 from envace_engine.stats import Estimate, bootstrap_mean, paired_by_task, paired_difference
-from envace_engine.study.claims import world_claims
-from envace_engine.study.config import StudyConfig
-from envace_engine.study.state import ArmState, CheckpointEval, SettingResult, StudyState
+from recipes.study.claims import world_claims
+from recipes.study.config import StudyConfig
+from recipes.study.state import ArmState, CheckpointEval, SettingResult, StudyState
 
 T = TypeVar("T")
 REPORT_JSON = "report.json"
