@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd
 
 from envace_engine.fidelity.collusion import COLLUSION_RATES, Collusion, collusion
 from envace_engine.types import CallRecord, Episode, Mode, ToolCall, ToolError, ToolResult
+from storage.queries import Database
 
 COLUMNS = ["step", *COLLUSION_RATES, "pairs", "worst_episode", "worst_events"]
 
@@ -75,25 +75,21 @@ def events(c: Collusion) -> int:
     return c.echoes + c.errors_rehearsed_as_success + c.episodes_taking_wrong_value
 
 
-class CollusionQueries:
-    """Collusion verbs; the concrete store provides ``_sql`` and ``_refresh``."""
+class CollusionRates:
+    """The collusion rates of a run's steps."""
 
-    def _sql(self, query: str, params: Sequence[Any] = ()) -> pd.DataFrame:
-        raise NotImplementedError
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        # (calls shard, its mtime) -> that step's row (None: no pairs). A step's shard is
+        # written once, so a live run's page, redrawn every few seconds, reads only new steps.
+        self._memo: dict[tuple[str, int], dict[str, Any] | None] = {}
 
-    def _refresh(self) -> None:
-        raise NotImplementedError
-
-    # (calls shard, its mtime) -> that step's row (None: no pairs). A step's shard is written
-    # once, so a live run's page, redrawn every few seconds, reads only its new steps.
-    _collusion_memo: dict[tuple[str, int], dict[str, Any] | None]
-
-    def collusion_over_steps(self, run_id: str) -> pd.DataFrame:
+    def over_steps(self, run_id: str) -> pd.DataFrame:
         """Per step with rehearsed-vs-real pairs: the four collusion rates (NaN where nothing
         counts), the pairs, and the step's worst episode with its count of colluding events."""
-        self._refresh()
-        memo = self._collusion_memo
-        shards = self._sql(
+        self._db.refresh()
+        memo = self._memo
+        shards = self._db.sql(
             "SELECT DISTINCT step, filename FROM call_index WHERE run_id = ? ORDER BY step",
             [run_id],
         )
@@ -108,14 +104,14 @@ class CollusionQueries:
         return pd.DataFrame([r for r in rows if r is not None], columns=COLUMNS)
 
     def _collusion_steps(self, run_id: str, steps: list[int]) -> dict[int, dict[str, Any] | None]:
-        calls = self._sql(
+        calls = self._db.sql(
             """SELECT step, episode_id, tool, arguments_json, shown, rehearsed_json,
             rehearsed_error, real_json, real_error FROM calls
             WHERE run_id = ? AND list_contains(?, step)
             ORDER BY step, episode_index, call_index""",
             [run_id, steps],
         )
-        answers = self._sql(
+        answers = self._db.sql(
             """SELECT step, episode_id, final_answers FROM episode_index
             WHERE run_id = ? AND list_contains(?, step)""",
             [run_id, steps],

@@ -9,26 +9,24 @@ episode a comparison opens for a task in a run: its first success, else its firs
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import pandas as pd
 
+from storage.queries import Database
 
-class ComparisonQueries:
-    """Comparison verbs; the concrete store provides ``_sql`` and ``_refresh``."""
 
-    def _sql(self, query: str, params: Sequence[Any] = ()) -> pd.DataFrame:
-        raise NotImplementedError
+class Comparison:
+    """Per-task outcomes of several runs, side by side."""
 
-    def _refresh(self) -> None:
-        raise NotImplementedError
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
     def task_outcomes(self, run_ids: Sequence[str], threshold: float = 1.0) -> pd.DataFrame:
         """Wide frame: ``task_id``, then one success-rate column per run (in ``run_ids`` order)."""
         if len(run_ids) < 2:
             raise ValueError("pick at least two runs to compare")
-        self._refresh()
-        long = self._sql(
+        self._db.refresh()
+        long = self._db.sql(
             """SELECT task_id, run_id, avg(CASE WHEN reward >= ? THEN 1.0 ELSE 0.0 END) AS rate,
             count(*) AS n FROM episode_index WHERE list_contains(?, run_id)
             GROUP BY task_id, run_id""",
@@ -41,8 +39,8 @@ class ComparisonQueries:
 
     def task_episode(self, run_id: str, task_id: str, threshold: float = 1.0) -> str | None:
         """The run's first successful episode on the task, else its first; None if untried."""
-        self._refresh()
-        found = self._sql(
+        self._db.refresh()
+        found = self._db.sql(
             """SELECT episode_id FROM episode_index WHERE run_id = ? AND task_id = ?
             ORDER BY (reward >= ?) DESC, step, episode_index LIMIT 1""",
             [run_id, task_id, threshold],

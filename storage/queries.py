@@ -4,8 +4,10 @@ Every query is parameterised SQL over the studio tables, the native shard index
 (storage.index: episode rows and call keys/tiers) and the shard views (storage.views: turns,
 rehearsals, metrics). Lists are paginated with ``limit``/``offset`` in a stable order (run,
 step, position); a page of pairs or one episode's turns is then read from the few Parquet files
-that hold it. ``Store`` inherits these and supplies ``_sql`` (one cursor per query),
-``_refresh`` and the run scan; ``@fresh`` verbs see every shard renamed into place before them.
+that hold it. ``Store`` inherits these and supplies ``sql`` (one cursor per query),
+``refresh`` and the run scan; ``@fresh`` verbs see every shard renamed into place before them.
+The smaller groups of verbs (the queue, search, run comparison, collusion) are objects of their
+own over the ``Database`` protocol, held by the store (``store.queue``, ...).
 
 The current label of a target is its newest annotation (history is append-only); an episode's
 labels include those of its calls.
@@ -15,10 +17,11 @@ from __future__ import annotations
 
 import functools
 import json
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import pandas as pd
 
@@ -164,7 +167,7 @@ def fresh(method: Callable[..., T]) -> Callable[..., T]:
 
     @functools.wraps(method)
     def wrapper(self: Queries, *args: Any, **kwargs: Any) -> T:
-        self._refresh()
+        self.refresh()
         return method(self, *args, **kwargs)
 
     return wrapper
@@ -187,22 +190,38 @@ def _sibling(episodes_shard: str, table: str) -> str:
     return str(path.parent.parent / table / path.name)
 
 
-class Queries:
-    """Read verbs; the concrete class provides ``_sql``, ``scan_runs`` and ``run_path``."""
+class Database(Protocol):
+    """What the query objects read through (``Store``): parameterised SQL over the studio
+    tables, the shard index and views, and bringing those up to date with the run folders."""
 
-    def _sql(self, query: str, params: Sequence[Any] = ()) -> pd.DataFrame:
-        raise NotImplementedError
+    def sql(self, query: str, params: Sequence[Any] = ()) -> pd.DataFrame:
+        """Every row of one parameterised query."""
+        ...
 
-    def _refresh(self) -> None:
-        raise NotImplementedError
+    def refresh(self) -> None:
+        """Views and shard index up to date with the run folders (once per read verb)."""
+        ...
 
+
+class Queries(ABC):
+    """Read verbs; the concrete store provides ``sql``, ``refresh``, ``scan_runs`` and
+    ``run_path``."""
+
+    @abstractmethod
+    def sql(self, query: str, params: Sequence[Any] = ()) -> pd.DataFrame:
+        """Every row of one parameterised query."""
+
+    @abstractmethod
+    def refresh(self) -> None:
+        """Views and shard index up to date with the run folders."""
+
+    @abstractmethod
     def scan_runs(self) -> list[RunManifest]:
-        """Manifests of every run (provided by Store)."""
-        raise NotImplementedError
+        """Manifests of every run."""
 
+    @abstractmethod
     def run_path(self, run_id: str) -> Path:
-        """A run's folder (provided by Store)."""
-        raise NotImplementedError
+        """A run's folder."""
 
     def _progress_frame(self, manifests: Sequence[RunManifest]) -> pd.DataFrame:
         raise NotImplementedError
@@ -220,7 +239,7 @@ class Queries:
             ],
             columns=["run_id", "kind", "model", "suite", "created_at"],
         )
-        stats = self._sql(
+        stats = self.sql(
             "SELECT run_id, count(DISTINCT step) AS steps, count(*) AS episodes, "
             "avg(reward) AS mean_reward FROM episode_index GROUP BY run_id"
         )
@@ -238,7 +257,7 @@ class Queries:
     @fresh
     def curves(self, run_id: str) -> pd.DataFrame:
         """Step metrics in long form [step, name, value], by name then step."""
-        return self._sql(
+        return self.sql(
             "SELECT step, name, value FROM metrics WHERE run_id = ? ORDER BY name, step", [run_id]
         )
 
@@ -255,7 +274,7 @@ class Queries:
     def episodes(self, limit: int = 50, offset: int = 0, **filters: Any) -> pd.DataFrame:
         """A page of episodes matching ``filters`` (EpisodeFilter fields), with current labels."""
         where, params = EpisodeFilter(**filters).where()
-        return self._sql(
+        return self.sql(
             f"""SELECT {EPISODE_COLUMNS}, l.label FROM episode_index e
             LEFT JOIN {LATEST_LABELS} l ON l.target_kind = 'episode' AND l.run_id = e.run_id
                 AND l.target_id = e.episode_id
@@ -268,7 +287,7 @@ class Queries:
         """How many episodes match ``filters`` (for the pager)."""
         where, params = EpisodeFilter(**filters).where()
         return int(
-            self._sql(f"SELECT count(*) AS n FROM episode_index e {where}", params)["n"].iloc[0]
+            self.sql(f"SELECT count(*) AS n FROM episode_index e {where}", params)["n"].iloc[0]
         )
 
     @fresh
@@ -278,7 +297,7 @@ class Queries:
         Episode ids are unique within a run, not across runs (two runs of one config reuse
         them): pass ``run_id`` to say which run's. Without it the id must be in one run only,
         else ``AmbiguousEpisodeError`` names the runs that hold it."""
-        rows = self._sql(
+        rows = self.sql(
             f"""SELECT * FROM episode_index e WHERE episode_id = ? AND (? IS NULL OR run_id = ?)
             ORDER BY {_order("e", None)}""",
             [episode_id, run_id, run_id],
@@ -292,7 +311,7 @@ class Queries:
         shard = str(row.pop("filename"))
         # Sibling shards of the same step hold its turns: read one file, not the whole glob.
         parts = {
-            table: self._sql(
+            table: self.sql(
                 "SELECT * EXCLUDE (run_id, step, episode_id, episode_index, filename) FROM "
                 f"{shard_rows(table, union=False)} "
                 f"WHERE episode_index = ? AND episode_id = ? ORDER BY {order}",
@@ -311,7 +330,7 @@ class Queries:
             calls=parts["calls"],
             rehearsals=parts["rehearsals"],
             advantages=advantages,
-            labels=self._sql(
+            labels=self.sql(
                 "SELECT * FROM annotations WHERE episode_id = ? AND run_id = ? "
                 "ORDER BY created_at DESC",
                 [episode_id, str(row["run_id"])],
@@ -326,7 +345,7 @@ class Queries:
             after = """AND (step, episode_index) > (SELECT (step, episode_index) FROM episode_index
                 WHERE episode_id = ? AND run_id = ?)"""
             params += [after_episode_id, run_id]
-        found = self._sql(
+        found = self.sql(
             f"""SELECT episode_id FROM episode_index WHERE run_id = ? {after}
             AND (reward IS NULL OR reward < 1 OR stop_reason <> 'done')
             ORDER BY step, episode_index LIMIT 1""",
@@ -361,7 +380,7 @@ class Queries:
         )
         clauses.insert(0, "c.pair_source IS NOT NULL")
         # Keys of the page from the native index, then full rows from the few shards holding them.
-        page = self._sql(
+        page = self.sql(
             f"""SELECT c.call_id, c.filename FROM call_index c WHERE {" AND ".join(clauses)}
             ORDER BY {_order("c", run_id)}, c.call_index LIMIT ? OFFSET ?""",
             params + _page(limit, offset),
@@ -370,7 +389,7 @@ class Queries:
         # An empty page still needs the columns: select them from a typed empty relation.
         source = shard_rows("calls") if ids else f"({empty_select(CALLS)})"
         files = [sorted(set(page["filename"]))] if ids else []
-        return self._sql(
+        return self.sql(
             f"""SELECT {PAIR_COLUMNS}, l.label FROM {source} c
             LEFT JOIN {LATEST_LABELS} l ON l.target_kind = 'call' AND l.run_id = c.run_id
                 AND l.target_id = c.call_id
@@ -379,7 +398,7 @@ class Queries:
         )
 
     def _pair_groups(self, run_id: str, key: str) -> pd.DataFrame:
-        return self._sql(
+        return self.sql(
             f"""SELECT {key}, {TIER_AGGREGATES} FROM call_index
             WHERE run_id = ? AND pair_source IS NOT NULL GROUP BY {key} ORDER BY {key}""",
             [run_id],
@@ -388,7 +407,7 @@ class Queries:
     @fresh
     def fidelity_by_run(self) -> pd.DataFrame:
         """Mean of every fidelity tier per run (all runs)."""
-        return self._sql(
+        return self.sql(
             f"""SELECT run_id, {TIER_AGGREGATES} FROM call_index
             WHERE pair_source IS NOT NULL GROUP BY run_id ORDER BY run_id"""
         )
@@ -411,7 +430,7 @@ class Queries:
     @fresh
     def status_confusion(self, run_id: str) -> pd.DataFrame:
         """Counts of (predicted status, real status); a missing prediction reads "missing"."""
-        return self._sql(
+        return self.sql(
             """SELECT coalesce(CASE WHEN pair_source = 'simulated' THEN
                 CASE WHEN simulated_error IS NULL THEN 'ok' ELSE 'error' END
                 ELSE rehearsed_status END, 'missing') AS predicted_status,
@@ -427,12 +446,12 @@ class Queries:
         """Annotation history, newest first (every label ever given; nothing is overwritten)."""
         clauses, params = bound((("target_id = ?", target_id), ("run_id = ?", run_id)))
         where = "WHERE " + " AND ".join(clauses) if clauses else ""
-        return self._sql(f"SELECT * FROM annotations {where} ORDER BY created_at DESC", params)
+        return self.sql(f"SELECT * FROM annotations {where} ORDER BY created_at DESC", params)
 
     def export_labels(self, run_id: str | None = None) -> pd.DataFrame:
         """Every annotation with ``is_current`` marking the newest per target (for export)."""
         where, params = ("WHERE run_id = ?", [run_id]) if run_id else ("", [])
-        return self._sql(
+        return self.sql(
             f"""SELECT * EXCLUDE (rn), rn = 1 AS is_current FROM (SELECT *, row_number() OVER
             (PARTITION BY run_id, target_kind, target_id ORDER BY created_at DESC) AS rn
             FROM annotations {where}) ORDER BY run_id, target_kind, target_id, created_at""",

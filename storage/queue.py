@@ -3,7 +3,7 @@
 Items are a run's scored pairs (``call_index`` rows with a pair), filtered by tool, rehearsed
 and real status and a fidelity range, and by scope: ``unlabelled`` (no label by me yet),
 ``others`` (labelled by someone else, not by me: a second opinion for agreement) or ``all``.
-``queue_next`` walks them by key (step, episode_index, call_index) after the current one, so a
+``Queue.next`` walks them by key (step, episode_index, call_index) after the current one, so a
 step is one indexed query however large the run; ``back`` steps to the previous item of the
 same filters whatever its labels (the one just labelled drops out of ``unlabelled``). Labels are
 the annotations table's, whose author is the signed-in user; several authors on one item give
@@ -12,14 +12,13 @@ the annotations table's, whose author is the signed-in user; several authors on 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import pandas as pd
 
 from storage.agreement import Agreement, agreement
-from storage.queries import bound
+from storage.queries import Database, bound
 
 Scope = Literal["unlabelled", "others", "all"]
 SCOPES: tuple[str, ...] = ("unlabelled", "others", "all")
@@ -75,24 +74,19 @@ class QueueFilter:
 KEY = "(c.step, c.episode_index, c.call_index)"
 
 
-class QueueQueries:
-    """Queue verbs; the concrete store provides ``_sql`` and ``_refresh``."""
+class Queue:
+    """The annotation queue's verbs over the store's database."""
 
-    def _sql(self, query: str, params: Sequence[Any] = ()) -> pd.DataFrame:
-        raise NotImplementedError
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
-    def _refresh(self) -> None:
-        raise NotImplementedError
-
-    def queue_next(
-        self, f: QueueFilter, after: str | None = None, back: bool = False
-    ) -> str | None:
+    def next(self, f: QueueFilter, after: str | None = None, back: bool = False) -> str | None:
         """The call id after (or, ``back``, before) call ``after`` in the queue; None at the
         end. With no ``after`` the first (or last) item."""
-        self._refresh()
+        self._db.refresh()
         where, params = f.where(with_scope=not back)
         if after is not None:
-            key = self._sql(
+            key = self._db.sql(
                 "SELECT step, episode_index, call_index FROM call_index "
                 "WHERE run_id = ? AND call_id = ?",
                 [f.run_id, after],  # call ids repeat across runs: the queue's run's
@@ -102,18 +96,18 @@ class QueueQueries:
             where += f" AND {KEY} {'<' if back else '>'} (?, ?, ?)"
             params += [int(v) for v in key.iloc[0]]
         order = "DESC" if back else "ASC"
-        found = self._sql(
+        found = self._db.sql(
             f"SELECT c.call_id FROM call_index c WHERE {where} "
             f"ORDER BY c.step {order}, c.episode_index {order}, c.call_index {order} LIMIT 1",
             params,
         )
         return None if found.empty else str(found["call_id"].iloc[0])
 
-    def queue_progress(self, f: QueueFilter) -> tuple[int, int]:
+    def progress(self, f: QueueFilter) -> tuple[int, int]:
         """(items of the filters labelled by ``f.author``, items of the filters)."""
-        self._refresh()
+        self._db.refresh()
         where, params = f.where(with_scope=False)
-        row = self._sql(
+        row = self._db.sql(
             f"""SELECT count(*) AS total, count(m.target_id) AS mine FROM call_index c
             LEFT JOIN {AUTHOR_LABELS} m ON m.run_id = c.run_id AND m.target_id = c.call_id
                 AND m.author = ?
@@ -124,8 +118,8 @@ class QueueQueries:
 
     def author_labels(self, run_id: str) -> pd.DataFrame:
         """(target_id, author, label): each author's newest label on each call of the run."""
-        self._refresh()
-        return self._sql(
+        self._db.refresh()
+        return self._db.sql(
             f"""SELECT l.target_id, l.author, l.label FROM {AUTHOR_LABELS} l
             JOIN call_index c ON c.run_id = l.run_id AND c.call_id = l.target_id
             WHERE c.run_id = ?

@@ -11,13 +11,12 @@ and marks it for display.
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
-from storage.queries import bound
+from storage.queries import Database, bound
 
 ROLES: tuple[str, ...] = ("act", "rehearse", "tool", "real", "user")
 SEGMENT_ROLES = frozenset(ROLES) - {"rehearse"}
@@ -45,18 +44,15 @@ class SearchQuery:
             raise ValueError(f"roles {unknown or '(none)'}: choose from {', '.join(ROLES)}")
 
 
-class SearchQueries:
-    """The search verb; the concrete store provides ``_sql`` and ``_refresh``."""
+class Search:
+    """Full-text search over stored turns and rehearsals."""
 
-    def _sql(self, query: str, params: Sequence[Any] = ()) -> pd.DataFrame:
-        raise NotImplementedError
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
-    def _refresh(self) -> None:
-        raise NotImplementedError
-
-    def search(self, q: SearchQuery) -> pd.DataFrame:
+    def find(self, q: SearchQuery) -> pd.DataFrame:
         """Hits in run order: episode_id, step, task_id, reward, stop_reason, role, pos, text."""
-        self._refresh()
+        self._db.refresh()
         needle = q.text.strip().lower()
         parts, params = [], []
         segment_roles = [r for r in q.roles if r in SEGMENT_ROLES]
@@ -73,7 +69,7 @@ class SearchQueries:
             )
             params += [q.run_id, needle]
         where, more = _episode_filters(q)
-        return self._sql(
+        return self._db.sql(
             f"""SELECT h.episode_id, e.step, e.task_id, e.reward, e.stop_reason, h.role, h.pos,
             h.text FROM ({" UNION ALL ".join(parts)}) h
             JOIN episode_index e ON e.episode_id = h.episode_id WHERE {where}

@@ -27,8 +27,8 @@ import pandas as pd
 from sqlalchemy import create_engine, inspect
 from sqlmodel import Session, SQLModel
 
-from storage.collusion import CollusionQueries
-from storage.comparison import ComparisonQueries
+from storage.collusion import CollusionRates
+from storage.comparison import Comparison
 from storage.index import ShardIndex
 from storage.layout import (
     DB_FILE,
@@ -40,9 +40,9 @@ from storage.layout import (
     utc_now,
 )
 from storage.queries import Queries, bound
-from storage.queue import QueueQueries
+from storage.queue import Queue
 from storage.schema import SCHEMA_VERSION, SchemaVersionError, check_version
-from storage.search import SearchQueries
+from storage.search import Search
 from storage.tables import BUDGET_MODES, Annotation, BudgetChoice, Job, RunRecord, SchemaInfo
 from storage.views import ViewSet
 
@@ -64,7 +64,7 @@ def _database_path(root: Path, url: str | None) -> str:
     return url.removeprefix("duckdb:///")
 
 
-class Store(Queries, QueueQueries, SearchQueries, ComparisonQueries, CollusionQueries):
+class Store(Queries):
     """Studio-side storage: SQLModel tables, the shard index and views (see module doc)."""
 
     def __init__(self, root: Path | str, url: str | None = None) -> None:
@@ -88,7 +88,11 @@ class Store(Queries, QueueQueries, SearchQueries, ComparisonQueries, CollusionQu
         self.views = ViewSet(self._db, self.root)
         self.index = ShardIndex(self._db, self.root)
         self._problems: dict[str, str] = {}  # run folder -> why its manifest was left out
-        self._collusion_memo = {}  # storage.collusion: a step's rates per calls shard
+        # the smaller groups of read verbs, each an object over this store's database
+        self.queue = Queue(self)
+        self.search = Search(self)
+        self.comparison = Comparison(self)
+        self.collusion = CollusionRates(self)
 
     def _check_schema(self, path: str) -> None:
         tables = set(inspect(self.engine).get_table_names())
@@ -127,14 +131,14 @@ class Store(Queries, QueueQueries, SearchQueries, ComparisonQueries, CollusionQu
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- plumbing used by Queries ---------------------------------------------------------------
+    # -- the Database protocol (storage.queries) ------------------------------------------
 
-    def _refresh(self) -> None:
+    def refresh(self) -> None:
         """Views and shard index up to date with the run folders (called once per read verb)."""
         self.views.refresh()
         self.index.sync()
 
-    def _sql(self, query: str, params: Sequence[Any] = ()) -> pd.DataFrame:
+    def sql(self, query: str, params: Sequence[Any] = ()) -> pd.DataFrame:
         """Run one parameterised query on a fresh cursor and return every row."""
         for attempt in (0, 1):
             cur = self._db.cursor()
@@ -178,7 +182,7 @@ class Store(Queries, QueueQueries, SearchQueries, ComparisonQueries, CollusionQu
         manifest) and per run with shards that could not be indexed (their rows are missing
         from every page). Columns: run, what, reason."""
         self.scan_runs()
-        self._refresh()
+        self.refresh()
         rows = [{"run": r, "what": MANIFEST, "reason": why} for r, why in self._problems.items()]
         by_run: dict[tuple[str, str], list[str]] = {}
         for shard, why in sorted(self.index.failures().items()):
@@ -193,7 +197,7 @@ class Store(Queries, QueueQueries, SearchQueries, ComparisonQueries, CollusionQu
         return pd.DataFrame(rows, columns=["run", "what", "reason"])
 
     def _register(self, manifests: Sequence[RunManifest], origin: str = "discovered") -> None:
-        known = set(self._sql("SELECT run_id FROM runs")["run_id"])
+        known = set(self.sql("SELECT run_id FROM runs")["run_id"])
         new = [m for m in manifests if m.run_id not in known]
         if not new:
             return
@@ -274,10 +278,10 @@ class Store(Queries, QueueQueries, SearchQueries, ComparisonQueries, CollusionQu
     def _run_of(self, episode_id: str, run_id: str | None, target_id: str) -> str:
         """The one run a label on ``target_id`` belongs to, or a KeyError/ValueError saying why
         there is none or more than one."""
-        self._refresh()
+        self.refresh()
         clauses, params = bound((("episode_id = ?", episode_id), ("run_id = ?", run_id)))
         found = sorted(
-            self._sql(
+            self.sql(
                 f"SELECT DISTINCT run_id FROM episode_index WHERE {' AND '.join(clauses)}", params
             )["run_id"]
         )
@@ -295,7 +299,7 @@ class Store(Queries, QueueQueries, SearchQueries, ComparisonQueries, CollusionQu
         """``KeyError`` unless ``call_id`` (``EPISODE_ID/CALL_INDEX``) is a call of ``run_id``;
         the message says which calls the episode has."""
         episode_id = call_id.rsplit("/", 1)[0]
-        calls = self._sql(
+        calls = self.sql(
             "SELECT call_id FROM call_index WHERE run_id = ? AND episode_id = ?",
             [run_id, episode_id],
         )["call_id"]
@@ -317,7 +321,7 @@ class Store(Queries, QueueQueries, SearchQueries, ComparisonQueries, CollusionQu
 
     def import_annotations(self, frame: pd.DataFrame) -> int:
         """Append exported annotation rows (their ids and times kept); skips ids already here."""
-        have = set(self._sql("SELECT annotation_id FROM annotations")["annotation_id"])
+        have = set(self.sql("SELECT annotation_id FROM annotations")["annotation_id"])
         fields = set(Annotation.model_fields)
         added = 0
         with self._session() as session:
@@ -369,7 +373,7 @@ class Store(Queries, QueueQueries, SearchQueries, ComparisonQueries, CollusionQu
     def jobs(self, run_id: str | None = None) -> pd.DataFrame:
         """Jobs, newest first (optionally of one run)."""
         where, params = ("WHERE run_id = ?", [run_id]) if run_id else ("", [])
-        return self._sql(f"SELECT * FROM jobs {where} ORDER BY created_at DESC", params)
+        return self.sql(f"SELECT * FROM jobs {where} ORDER BY created_at DESC", params)
 
     # -- budget choices -------------------------------------------------------------------------
 
@@ -397,7 +401,7 @@ class Store(Queries, QueueQueries, SearchQueries, ComparisonQueries, CollusionQu
         """Budget choices, newest first; the first row per (model, suite) is the current one."""
         clauses, params = bound((("model = ?", model), ("suite = ?", suite)))
         where = "WHERE " + " AND ".join(clauses) if clauses else ""
-        return self._sql(f"SELECT * FROM budget_choices {where} ORDER BY created_at DESC", params)
+        return self.sql(f"SELECT * FROM budget_choices {where} ORDER BY created_at DESC", params)
 
     def manifests(self) -> dict[str, RunManifest]:
         """Every run's manifest keyed by run id."""

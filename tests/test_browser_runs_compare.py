@@ -16,7 +16,7 @@ def test_two_runs_render_side_by_side(tmp_path):
     make_run(tmp_path, "run-a", steps=2)
     make_run(tmp_path, "run-b", steps=3)
     store = Store(tmp_path)
-    outcomes = store.task_outcomes(["run-a", "run-b"])
+    outcomes = store.comparison.task_outcomes(["run-a", "run-b"])
     store.close()
     assert list(outcomes.columns) == ["task_id", "run-a", "run-b"] and len(outcomes) == 3
     with studio_server(tmp_path) as url, chromium_page() as page:

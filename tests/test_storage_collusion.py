@@ -43,7 +43,7 @@ def test_rates_per_step_match_the_engine_and_name_the_worst_episode(tmp_path):
         w.episodes(0, step0)
         w.episodes(1, step1)
     with Store(tmp_path, url="duckdb:///:memory:") as store:
-        df = store.collusion_over_steps("r").set_index("step")
+        df = store.collusion.over_steps("r").set_index("step")
     expected = collusion(step0).rates()
     for name, value in expected.items():
         assert math.isclose(df.loc[0, name], value), name
@@ -61,11 +61,12 @@ def test_a_live_runs_steps_are_read_once(tmp_path, monkeypatch):
     writer.episodes(0, step)
     with Store(tmp_path, url="duckdb:///:memory:") as store:
         read: list[list[int]] = []
-        real = store._collusion_steps
-        monkeypatch.setattr(store, "_collusion_steps", lambda r, s: read.append(s) or real(r, s))
-        first = store.collusion_over_steps("live")
-        assert store.collusion_over_steps("live").equals(first)  # nothing new: nothing read
+        rates = store.collusion
+        real = rates._collusion_steps
+        monkeypatch.setattr(rates, "_collusion_steps", lambda r, s: read.append(s) or real(r, s))
+        first = store.collusion.over_steps("live")
+        assert store.collusion.over_steps("live").equals(first)  # nothing new: nothing read
         writer.episodes(1, [episode("e1", step[0].calls, "9")])
-        assert list(store.collusion_over_steps("live")["step"]) == [0, 1]
+        assert list(store.collusion.over_steps("live")["step"]) == [0, 1]
         assert read == [[0], [1]]
     writer.finish("done")

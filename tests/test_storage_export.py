@@ -36,9 +36,7 @@ def source(tmp_path):
 
 def table(store: Store, name: str, run_id: str) -> pd.DataFrame:
     """A table of one run, ordered, without the columns that name where it lives."""
-    frame = store._sql(
-        f"SELECT * EXCLUDE (filename, run_id) FROM {name} WHERE run_id = ?", [run_id]
-    )
+    frame = store.sql(f"SELECT * EXCLUDE (filename, run_id) FROM {name} WHERE run_id = ?", [run_id])
     return frame.sort_values(TABLE_KEYS[name], ignore_index=True)
 
 

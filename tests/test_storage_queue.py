@@ -34,7 +34,7 @@ def store(tmp_path):
 
 def _walk(store, f):
     out, at = [], None
-    while (at := store.queue_next(f, at)) is not None:
+    while (at := store.queue.next(f, at)) is not None:
         out.append(at)
     return out
 
@@ -46,11 +46,11 @@ def test_the_queue_walks_pairs_in_run_order_and_skips_what_i_labelled(store):
     first, second = everything[:2]
     store.annotate("call", first, "faithful", author="ana")
     mine = QueueFilter("train-demo", "ana")
-    assert store.queue_next(mine) == second  # the labelled one dropped out
-    assert store.queue_next(mine, after=second, back=True) == first  # back still reaches it
-    assert store.queue_progress(mine) == (1, len(everything))
+    assert store.queue.next(mine) == second  # the labelled one dropped out
+    assert store.queue.next(mine, after=second, back=True) == first  # back still reaches it
+    assert store.queue.progress(mine) == (1, len(everything))
     store.annotate("call", first, "other", author="ana")  # a change of mind counts once
-    assert store.queue_progress(mine) == (1, len(everything))
+    assert store.queue.progress(mine) == (1, len(everything))
     others = QueueFilter("train-demo", "bo", scope="others")
     assert _walk(store, others) == [first]  # labelled by ana, not by bo: a second opinion
 
@@ -61,10 +61,10 @@ def test_filters_combine_and_an_empty_queue_is_none(store):
     f = QueueFilter("train-demo", "ana", tool=tool, real_status="ok", scope="all")
     want = pairs[(pairs["tool"] == tool) & (pairs["real_status"] == "ok")]["call_id"]
     assert _walk(store, f) == list(want)
-    assert store.queue_next(QueueFilter("train-demo", "ana", fidelity_min=2.0)) is None
-    assert store.queue_next(QueueFilter("no-such-run", "ana")) is None
+    assert store.queue.next(QueueFilter("train-demo", "ana", fidelity_min=2.0)) is None
+    assert store.queue.next(QueueFilter("no-such-run", "ana")) is None
     with pytest.raises(KeyError, match="no call 'gone/0'"):
-        store.queue_next(QueueFilter("train-demo", "ana"), after="gone/0")
+        store.queue.next(QueueFilter("train-demo", "ana"), after="gone/0")
 
 
 def test_agreement_of_two_authors_on_a_run(store):
@@ -77,6 +77,6 @@ def test_agreement_of_two_authors_on_a_run(store):
     ):
         store.annotate("call", call, a, author="ana")
         store.annotate("call", call, b, author="bo")
-    got = store.agreement("train-demo")[("ana", "bo")]
+    got = store.queue.agreement("train-demo")[("ana", "bo")]
     assert (got.n, got.observed, got.kappa) == (4, 0.75, 0.5)
-    assert "'; DROP TABLE" not in str(store.queue_next(QueueFilter("x'; DROP TABLE", "a")))
+    assert "'; DROP TABLE" not in str(store.queue.next(QueueFilter("x'; DROP TABLE", "a")))

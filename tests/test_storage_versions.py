@@ -168,10 +168,10 @@ def test_the_queue_walks_its_own_run_when_ids_repeat(tmp_path):
     with Store(tmp_path, url=MEMORY) as store:
         b = QueueFilter(run_id="twin-b", author="me", scope="all")
         ids = []
-        current = store.queue_next(b)
+        current = store.queue.next(b)
         while current is not None:
             ids.append(current)
-            current = store.queue_next(b, current)
+            current = store.queue.next(b, current)
         assert ids == list(store.pairs(run_id="twin-b")["call_id"])
         with pytest.raises(KeyError, match="twin-b"):
-            store.queue_next(b, "nope/0")
+            store.queue.next(b, "nope/0")

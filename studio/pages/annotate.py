@@ -176,7 +176,7 @@ def agreement_rows(ctx: Studio) -> pd.DataFrame:
     """Per run and pair of authors: items both labelled, kappa, observed and per-label agreement."""
     rows = []
     for run_id in ctx.store.export_labels()["run_id"].dropna().unique():
-        for (a, b), got in ctx.store.agreement(str(run_id)).items():
+        for (a, b), got in ctx.store.queue.agreement(str(run_id)).items():
             base = {"run_id": run_id, "author_a": a, "author_b": b, "items": got.n}
             rows.append({**base, "kappa": got.kappa, "observed": got.observed})
             rows[-1].update({f"agree/{k}": v for k, v in got.per_label.items()})

@@ -107,7 +107,7 @@ def pair_count(
         fidelity_max=high,
         scope="all",
     )
-    return ctx.store.queue_progress(f)[1]
+    return ctx.store.queue.progress(f)[1]
 
 
 def pairs_table(

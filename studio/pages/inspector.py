@@ -642,7 +642,7 @@ def search(
         )
     except ValueError as err:
         return gr.update(visible=False), f"**Search:** {err}"
-    hits = ctx.store.search(q)
+    hits = ctx.store.search.find(q)
     if hits.empty:
         return gr.update(visible=False), f"No match for “{q.text}” with these filters."
     hits["snippet"] = [snippet(t, q.text) for t in hits["text"]]

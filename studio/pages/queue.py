@@ -84,7 +84,7 @@ def context_of(view: Any, call_id: str) -> list[dict[str, Any]]:
 def show(ctx: Studio, f: QueueFilter, call_id: str | None) -> tuple[str, list, str, str]:
     """(header, context, diff, progress) of the queue at ``call_id`` of run ``f.run_id`` (None:
     the end). The episode is read once for all three views."""
-    mine, total = ctx.store.queue_progress(f)
+    mine, total = ctx.store.queue.progress(f)
     progress = f"**{mine} / {total}** labelled by you" + (f" in `{f.run_id}`" if total else "")
     if call_id is None:
         done = "Nothing to label with these filters." if not total else "End of the queue."
@@ -104,7 +104,7 @@ def agreement_frame(ctx: Studio, run_id: str | None) -> pd.DataFrame:
     if not run_id:
         return pd.DataFrame(columns=AGREEMENT_COLUMNS)
     rows = []
-    for (a, b), got in ctx.store.agreement(run_id).items():
+    for (a, b), got in ctx.store.queue.agreement(run_id).items():
         per = ", ".join(f"{k} {v:.2f}" for k, v in got.per_label.items())
         rows.append(
             {
@@ -128,7 +128,7 @@ def step(
         return ("Pick a run to label.", [], "", "", None, "")
     f = queue_filter(run_id, ctx.policy.author_name(user), *values[1:])
     try:
-        nxt = ctx.store.queue_next(f, at, back=back)
+        nxt = ctx.store.queue.next(f, at, back=back)
     except KeyError as err:
         return (f"**Queue reset:** {err.args[0]}", [], "", "", None, "")
     if back and nxt is None:
@@ -165,7 +165,7 @@ def from_link(ctx: Studio, user: str | None, params: dict[str, str]) -> tuple[An
     queue of that run at that pair (its first pair without ``call``)."""
     run_id, call = params.get("run", ""), params.get("call", "")
     f = queue_filter(run_id, ctx.policy.author_name(user), "all", None, None, None, None, None)
-    at = call or ctx.store.queue_next(f)
+    at = call or ctx.store.queue.next(f)
     head, chat, diff, progress = show(ctx, f, at)
     current = at if diff else ""  # a call the run does not hold is not labelled from here
     views = (head, chat, diff, progress, None, current or "")

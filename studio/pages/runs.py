@@ -275,7 +275,7 @@ def collusion_chart(
     before the trainer logged them have them too), beside its held-out success gap."""
     if not run_id:
         return charts.empty("pick a run", COLLUSION_WIDTH)
-    rates = ctx.store.collusion_over_steps(run_id)
+    rates = ctx.store.collusion.over_steps(run_id)
     if rates.empty:
         return charts.empty(empty_reason("fidelity", kind, mode, status), COLLUSION_WIDTH)
     gap = curves[curves["name"] == "heldout/gap"][["step", "value"]]

@@ -81,7 +81,7 @@ def outcome(a: float | None, b: float | None) -> str:
 def task_table(ctx: Studio, run_ids: list[str], which: str) -> tuple[pd.DataFrame, str]:
     """(per-task success % per run with the A/B outcome, message)."""
     try:
-        wide = ctx.store.task_outcomes(run_ids)
+        wide = ctx.store.comparison.task_outcomes(run_ids)
     except ValueError as err:
         return pd.DataFrame(columns=["task_id"]), f"**Compare:** {err}"
     a, b = run_ids[0], run_ids[1]
@@ -99,7 +99,7 @@ def side_by_side(ctx: Studio, run_ids: list[str], task_id: str) -> tuple[Any, ..
     """(header A, chat A, header B, chat B) for one task."""
     out: list[Any] = []
     for run_id in run_ids[:2]:
-        episode_id = ctx.store.task_episode(run_id, task_id)
+        episode_id = ctx.store.comparison.task_episode(run_id, task_id)
         if episode_id is None:
             out += [f"`{run_id}` never tried `{task_id}`.", []]
             continue
