@@ -284,3 +284,21 @@ ROLLOUT_KEYS = (
 
 SPECS: dict[str, type[JobSpec]] = {"eval": EvalSpec, "sweep": SweepSpec, "rollout": RolloutSpec}
 """The job spec of each command declared here, by command name."""
+
+# keys runs recorded before the job specs, and what each is called now
+_RENAMED = {"examples": "n_examples", "judge_url": "judge", "checkpoints": "model"}
+
+
+def spec_of_run(kind: str, model: str, suite: str, config: dict[str, Any]) -> JobSpec:
+    """The job spec of a stored ``eval``, ``sweep`` or ``rollout`` run, from its manifest's
+    ``model``, ``suite`` and ``config`` — also one recorded before the job specs (its keys
+    renamed, its sweep's modes a comma-separated string, its rollout settings partial)."""
+    if kind not in SPECS:
+        raise ValueError(f"runs of kind {kind!r} have no job spec here: one of {sorted(SPECS)}")
+    data = {_RENAMED.get(k, k): v for k, v in config.items()}
+    data.setdefault("suite", suite)
+    if kind == "sweep":
+        data.setdefault("model", model.split(","))
+    else:
+        data.setdefault("model", model)
+    return SPECS[kind].model_validate(data)
