@@ -92,7 +92,9 @@ class Suite(Protocol):
         ...
 
     def make_env(self, task: Task) -> Environment:
-        """A fresh environment at the task's initial state."""
+        """A fresh environment at the task's initial state. A suite whose environments are
+        slow to open (a process each) sets a class attribute ``slow_start = True``: a batch's
+        are then opened side by side, from several threads."""
         ...
 
     def score(self, task: Task, calls_per_turn: list[list[ToolCall]], answers: list[str]) -> float:

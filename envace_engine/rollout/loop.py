@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -157,12 +158,25 @@ class _Runner:
         self.calls_made = 0
         self.turns = Turns(config, self.chat, suite, self._check_act_limits)
 
-    def start(self, task: Task, ep_id: str, group_id: str, pool: Sequence[Task]) -> Live:
-        """A new episode at its first act prompt."""
+    @property
+    def needs_env(self) -> bool:
+        """Whether episodes talk to the real environment (real mode, or its shadow)."""
+        return self.config.mode is Mode.REAL or self.config.shadow_real
+
+    def start(
+        self,
+        task: Task,
+        ep_id: str,
+        group_id: str,
+        pool: Sequence[Task],
+        env: Environment | None = None,
+    ) -> Live:
+        """A new episode at its first act prompt (``env``: its environment, opened already;
+        else one is made here when the episode needs one)."""
         cfg = self.config
         examples = pick_examples(task, pool, cfg.n_examples)
-        needs_env = cfg.mode is Mode.REAL or cfg.shadow_real
-        env = self.suite.make_env(task) if needs_env else None
+        if env is None and self.needs_env:
+            env = self.suite.make_env(task)
         try:
             return self._open(task, ep_id, group_id, examples, env)
         except BaseException:
@@ -542,10 +556,15 @@ def rollout(
     prefix = run_id or uuid.uuid4().hex[:8]
     runner = _Runner(sampler, tokenizer, config, suite)
     lives: list[Live] = []
+    order = [(i, k, task) for i, task in enumerate(tasks) for k in range(group_size)]
+    opened = open_envs(suite, [task for _, _, task in order]) if runner.needs_env else None
+    unused = list(opened or [])  # opened side by side, each handed to its episode in order
     try:
-        for i, task in enumerate(tasks):
-            for k in range(group_size):
-                lives.append(runner.start(task, f"{prefix}-{i}-{k}", f"{prefix}-{i}", example_pool))
+        for i, k, task in order:
+            env = unused.pop(0) if opened is not None else None
+            lives.append(
+                runner.start(task, f"{prefix}-{i}-{k}", f"{prefix}-{i}", example_pool, env)
+            )
         if first_replies is not None:
             if len(first_replies) != len(lives):
                 raise ValueError(f"{len(first_replies)} first replies for {len(lives)} episodes")
@@ -554,12 +573,36 @@ def rollout(
                     runner.replay(live, replay)
         runner.run(lives, progress)
     finally:
-        # Episodes still running when something raised, or that ended without ``end``.
+        # Episodes still running when something raised, or that ended without ``end``, and
+        # environments opened for episodes that never started.
         for live in lives:
             close_env(live.env)
+        for env in unused:
+            close_env(env)
     # The basis the suite scores by goes with every episode (docs/tasks.md, "Scoring bases").
     extra = {MetaKey.SCORE_BASIS: suite.basis} if isinstance(suite, ScoringBasis) else {}
     return [_episode(live, config.mode, extra) for live in lives]
+
+
+START_WORKERS = 8  # environments opened at once for a batch (each mostly waits on a process)
+
+
+def open_envs(suite: Suite, tasks: Sequence[Task]) -> list[Environment] | None:
+    """One environment per task, opened side by side when the suite's environments are slow
+    to open (``Suite.slow_start``: an MCP server process per episode); None for other suites,
+    whose episodes open their own. If one fails to open, those opened are closed and the error
+    is raised."""
+    if not getattr(suite, "slow_start", False) or not tasks:
+        return None
+    with ThreadPoolExecutor(min(START_WORKERS, len(tasks))) as pool:
+        futures = [pool.submit(suite.make_env, task) for task in tasks]
+    opened = [f.result() for f in futures if f.exception() is None]
+    failed = [f.exception() for f in futures if f.exception() is not None]
+    if failed:
+        for env in opened:
+            close_env(env)
+        raise failed[0]  # type: ignore[misc]
+    return opened
 
 
 def score_inputs(episode: Episode, n_turns: int) -> tuple[list[list[ToolCall]], list[str]]:

@@ -146,6 +146,10 @@ class McpEnvironment:
 class McpSuite:
     """The tasks of one suite file against its server (implements ``Suite``)."""
 
+    # each episode's session starts a server process (or a handshake): a batch's are opened
+    # side by side (``rollout.loop.open_envs``)
+    slow_start = True
+
     def __init__(self, name: str, path: Path) -> None:
         self.name = name
         self.path = path
