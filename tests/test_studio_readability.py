@@ -142,6 +142,15 @@ def test_a_run_shows_its_own_step_count_not_its_stored_steps(ctx):
     assert runs.progress_text(ctx, "arm") == "**arm**: done — step 40 of 40"
 
 
+def test_an_evaluations_progress_counts_episodes(ctx):
+    """An eval run's progress counts its real episodes, not steps (it has one step)."""
+    writer = RunWriter.create(ctx.root, "eval", model="tiny", suite="toy", run_id="ev")
+    writer.episodes(0, [episode(0, 0, 1.0)])
+    writer.progress(128, 128, "episodes ended")
+    writer.finish("done")
+    assert runs.progress_text(ctx, "ev") == "**ev**: done — episode 128 of 128 episodes ended"
+
+
 # -- empty charts say why ----------------------------------------------------------------------
 
 

@@ -158,6 +158,10 @@ def is_active(ctx: Studio, run_id: str | None) -> bool:
     return view.record.status in ACTIVE or recent
 
 
+# what a run's progress counts, by its kind (evaluations and rollouts count episodes)
+COUNTED_IN = {"eval": "episode", "rollout": "episode"}
+
+
 def progress_text(ctx: Studio, run_id: str | None) -> str:
     """Markdown progress line for the selected run: step x of N, ETA, or how it ended."""
     if not run_id:
@@ -166,10 +170,12 @@ def progress_text(ctx: Studio, run_id: str | None) -> str:
         view = ctx.jobs.get(run_id)
     except JobError:
         try:
-            prog = ctx.store.run(run_id).progress
+            info = ctx.store.run(run_id)
         except KeyError:
             return f"No run `{run_id}` in the data folder."
-        where = f" — step {prog.done} of {prog.total}" if prog.total else ""
+        prog = info.progress
+        unit = COUNTED_IN.get(info.manifest.kind, "step")
+        where = f" — {unit} {prog.done} of {prog.total}" if prog.total else ""
         # "step 40/40" repeats the counts just given
         said = prog.message if prog.message != f"step {prog.done}/{prog.total}" else ""
         return f"**{run_id}**: {prog.status or 'no progress report'}{where} {said}".rstrip()
