@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -304,3 +308,31 @@ def test_base_is_evaluated_before_an_arm_trains_again_for_a_lost_checkpoint(tmp_
     list(runner.study_units(config, fresh, sinks, lambda line: None))
     arms = [u for arm in config.arms for u in (f"train {arm}", f"eval {arm}")]
     assert units == ["eval sft", *arms, "eval base"]
+
+
+def test_study_pause_marks_a_stopped_study_and_refuses_a_running_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("ENVACE_HOME", str(tmp_path))
+    runner = CliRunner(env={"COLUMNS": "400", "NO_COLOR": "1"})
+    config = {"model": "tiny", "arms": ["envace"]}
+    writer = RunWriter.create(tmp_path, "study", model="tiny", config=config, run_id="st")
+    path = run_dir(tmp_path, "st")
+    StudyState("st", arms={"envace": ArmState("st--envace", steps_done=3)}).save(path)
+    writer.progress(3, 40, "step 3/40")  # then the machine went away: status stays running
+    assert read_progress(path).status == "running"
+    alive = runner.invoke(app, ["study", "pause", "st"])  # this process's pid is recorded
+    assert alive.exit_code == 2 and f"is running (pid {os.getpid()})" in alive.output
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    progress = json.loads((path / "progress.json").read_text())
+    (path / "progress.json").write_text(json.dumps({**progress, "pid": int(gone.stdout)}))
+    result = runner.invoke(app, ["study", "pause", "st"])
+    assert result.exit_code == 0, result.output
+    assert StudyState.load(path).status == "paused"  # type: ignore[union-attr]
+    assert read_progress(path).status == "paused"
+    assert (path / "report.md").read_text().startswith("# Study st (paused)")
+    missing = runner.invoke(app, ["study", "pause", str(tmp_path)])
+    assert missing.exit_code == 2 and "holds no study.json" in missing.output

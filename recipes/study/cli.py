@@ -305,3 +305,45 @@ def report(
     cfg = build(StudyConfig, read_manifest(path).config)
     body = build_report(cfg, state)
     typer.echo(json.dumps(body, indent=1) if fmt == "json" else markdown(body))
+
+
+@app.command("pause")
+def pause_command(
+    run: Annotated[str, typer.Argument(help="study run id or run dir")],
+) -> None:
+    """Mark a study that is not running (stopped or killed mid-unit, its machine gone) as
+    paused, in its state, report and progress, so the studio shows it waiting to be resumed;
+    ``envace study --resume RUN`` goes on from its last record."""
+    from recipes.study.config import StudyConfig
+    from recipes.study.runner import pause
+    from recipes.study.state import StudyState
+    from storage.layout import read_manifest, read_progress, run_dir
+    from storage.shards import RunWriter
+
+    path = Path(run) if Path(run).is_dir() else run_dir(data_root(None), run)
+    state = StudyState.load(path)
+    if state is None:
+        raise typer.BadParameter(f"{path} holds no study.json: not a study run", param_hint="RUN")
+    progress = read_progress(path)
+    if progress.status == "running" and progress.pid and _alive(progress.pid):
+        raise typer.BadParameter(
+            f"study {path.name} is running (pid {progress.pid}): stop it first "
+            f"(kill {progress.pid}), then pause it",
+            param_hint="RUN",
+        )
+    if state.status == "done":
+        typer.echo(f"study {path.name} is done: nothing to pause")
+        return
+    pause(build(StudyConfig, read_manifest(path).config), path)
+    RunWriter(path).finish("paused", f"paused: envace study --resume {path} goes on")
+    typer.echo(f"study {path.name} paused: envace study --resume {path} goes on")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
