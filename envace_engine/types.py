@@ -88,6 +88,7 @@ class MetaKey:
     SAMPLED_TOKENS = "sampled_tokens"
     USER_TURNS_REACHED = "user_turns_reached"
     NONCANONICAL = "noncanonical"
+    EMPTY_RETRIES = "empty_retries"  # empty replies sampled again (simulated-user episodes)
     ADVANTAGES = "advantages"
     REAL_NLL = "real_nll"
     SUCCESS = "success"

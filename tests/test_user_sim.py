@@ -230,3 +230,27 @@ def test_an_unreachable_endpoint_is_a_user_error(tokenizer) -> None:
     task = _task("update_task_1")
     (ep,) = rollout([task], SUITE, ScriptedSampler(tokenizer, agent), tokenizer, _config(user))
     assert ep.stop_reason is StopReason.USER_ERROR and "failed" in ep.stop_detail
+
+
+def test_an_empty_reply_is_sampled_again_up_to_three_times(tokenizer) -> None:
+    """As VitaBench's runner: an empty agent message (no call, no text) is sampled again, at
+    most three times; the dropped replies never reach the context or the user."""
+    task = _task("update_task_1")
+    seen: list[str] = []
+
+    def shy(prompt: str) -> str:  # empty twice for each prompt, then the real agent
+        seen.append(prompt)
+        return "" if seen.count(prompt) <= 2 else agent(prompt)
+
+    user = ScriptedUser({task.id: ["Hi, please mark task_1 as completed.", "Thanks! ###STOP###"]})
+    (ep,) = rollout([task], SUITE, ScriptedSampler(tokenizer, shy), tokenizer, _config(user))
+    assert ep.stop_reason is StopReason.USER_STOP
+    assert ep.final_answers == ("Task task_1 is now completed.",)
+    assert ep.meta[MetaKey.EMPTY_RETRIES] == 4  # two before each of the two replies
+    assert [s.role for s in ep.segments].count(Role.ACT) == 2 and ep.drift == 0
+
+    mute = ScriptedUser({task.id: ["Hi?", "Hello? ###STOP###"]})
+    silent = ScriptedSampler(tokenizer, lambda prompt: "")
+    (quiet,) = rollout([task], SUITE, silent, tokenizer, _config(mute))
+    assert quiet.meta[MetaKey.EMPTY_RETRIES] == 3  # then the fourth empty reply is passed on
+    assert quiet.final_answers == ("",) and mute.requests[1].conversation[2].content == ""

@@ -37,6 +37,8 @@ class Live:
     answers: list[str] = field(default_factory=list)
     drift: int = 0
     noncanonical: int = 0  # sampled replies whose ids are not their text's canonical ids
+    empty_retries: int = 0  # empty replies sampled again (a simulated user's conversation)
+    empty_streak: int = 0  # of those, for the reply being sampled now
     stop: StopReason | None = None
     detail: str = ""
     # Simulated user (rollout/turns.py): its messages, whether it speaks next, and the tool

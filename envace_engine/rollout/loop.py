@@ -299,6 +299,22 @@ class _Runner:
             raise RuntimeError(f"sampler returned {len(out)} generations for {len(prompts)}")
         return out
 
+    def _sample_again(self, live: Live, stopped: bool, text: str, n_tokens: int) -> bool:
+        """In a simulated user's conversation, an empty reply (no call, no text) is dropped
+        and the agent samples again, up to ``EMPTY_RETRIES`` times, as VitaBench's runner
+        retries an empty agent message (each reply's count starts again); the dropped tokens
+        count as sampled, never as kept."""
+        if self.config.user is None or not stopped or text.strip():
+            live.empty_streak = 0
+            return False
+        if live.empty_streak >= EMPTY_RETRIES:
+            live.empty_streak = 0
+            return False
+        live.empty_streak += 1
+        live.empty_retries += 1
+        live.sampled += n_tokens
+        return True
+
     def on_act(self, live: Live, gen: Generation) -> None:
         """Append the agent's reply and decide what the episode waits for next."""
         if gen.finish_reason in ("abort", "error"):
@@ -307,6 +323,8 @@ class _Runner:
         ids = list(gen.token_ids)
         stopped = bool(ids) and ids[-1] == self.chat.eos_id
         text = self.chat.decode(ids[:-1] if stopped else ids)
+        if self._sample_again(live, stopped, text, len(ids)):
+            return
         live.seq.append(Role.ACT, ids, self.chat.decode(ids), gen.logprobs)
         if self.config.check_drift and self.chat.canonical(ids) != list(ids):
             live.noncanonical += 1
@@ -520,6 +538,7 @@ def _episode(live: Live, mode: Mode, extra: dict[str, Any]) -> Episode:
             MetaKey.SAMPLED_TOKENS: live.sampled,
             MetaKey.USER_TURNS_REACHED: live.turn + 1,
             MetaKey.NONCANONICAL: live.noncanonical,
+            **({MetaKey.EMPTY_RETRIES: live.empty_retries} if live.empty_retries else {}),
             **({MetaKey.USER_MESSAGES: list(live.user_texts)} if live.user_texts else {}),
             **extra,
         },
@@ -584,6 +603,7 @@ def rollout(
     return [_episode(live, config.mode, extra) for live in lives]
 
 
+EMPTY_RETRIES = 3  # an empty reply sampled again, at most this often (VitaBench's runner)
 START_WORKERS = 8  # environments opened at once for a batch (each mostly waits on a process)
 
 
