@@ -8,7 +8,7 @@ arm, evaluates every checkpoint and writes the report into the study's run folde
 Each unit (an arm's training, a checkpoint's evaluation) runs in a fresh program image: after a
 unit the process saves the study and ``exec``s ``envace study --resume <folder>`` (same pid, so a
 supervisor's signals and ``kill`` still reach it): a process that has trained an arm evaluates
-more slowly than a fresh one, with identical results (docs/study/RESULTS.md, *Cost*).
+more slowly than a fresh one, with identical results (recipes/study/RESULTS.md, *Cost*).
 ``--one-process`` keeps every unit in one process. With ``lanes`` > 1 this process supervises
 that many lane processes (``--lane``, each also a fresh image per unit), which run units side
 by side (``study.lanes``).

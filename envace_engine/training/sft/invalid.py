@@ -2,7 +2,7 @@
 
 Reference trajectories hold only valid calls, so a world role trained on them alone never writes
 an error, and an act role trained in its world meets no cost for a call the real tools reject
-(docs/study/RESULTS.md). With ``invalid_fraction`` > 0, a seeded share of a task's reference
+(recipes/study/RESULTS.md). With ``invalid_fraction`` > 0, a seeded share of a task's reference
 calls each also gets one invalid variant, rendered in the same rehearse prompt, whose target is
 the error the task's real environment returns for it:
 
