@@ -50,15 +50,20 @@ for _entry in entry_points(group=COMMANDS_GROUP):
     app.add_typer(_entry.load(), name=_entry.name)
 
 
-def main() -> None:
-    """Console-script entry point. The engine's INFO lines (which compute path the sampler
-    runs, and the like) go to stderr; libraries stay at their own levels."""
+def setup_logging() -> None:
+    """The engine's INFO lines (which compute path the sampler runs, and the like) go to
+    stderr; libraries stay at their own levels."""
     engine = logging.getLogger("envace_engine")
-    if not engine.handlers:  # once per process, however often main() runs
+    if not engine.handlers:  # once per process, however often it is called
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
         engine.addHandler(handler)
     engine.setLevel(logging.INFO)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    setup_logging()
     app()
 
 

@@ -31,6 +31,10 @@ import typer
 
 from envace_engine.config import ConfigError, build, data_root, load
 
+# how the study runs its next unit or a lane in a fresh program image: this recipe's own module
+# (``python -m recipes.study`` is ``envace study``), so it needs no installed entry point
+SELF = (sys.executable, "-m", "recipes.study")
+
 app = typer.Typer(
     help="The reproduction study: arms from one SFT checkpoint, held-out evals, a report.",
     invoke_without_command=True,
@@ -232,7 +236,7 @@ def study(
 
 
 def _lane_argv(folder: Path) -> list[str]:
-    return [sys.executable, "-m", "envace_engine.cli", "study", "--resume", str(folder), "--lane"]
+    return [*SELF, "--resume", str(folder), "--lane"]
 
 
 def _supervise(cfg: Any, writer: Any, sinks: WriterSinks, log: Any) -> None:
@@ -280,7 +284,7 @@ def _continue_fresh(writer: Any, units: int | None) -> NoReturn:
     writer.hand_over(message)
     sys.stdout.flush()
     sys.stderr.flush()
-    argv = [sys.executable, "-m", "envace_engine.cli", "study", "--resume", str(writer.path)]
+    argv = [*SELF, "--resume", str(writer.path)]
     argv += [] if units is None else ["--units", str(units)]
     os.execv(sys.executable, argv)
 
