@@ -84,7 +84,9 @@ def _decls(name: str, field: FieldInfo, extra: Sequence[str]) -> list[str]:
     return [flag(name), *extra]
 
 
-def _option(name: str, decls: Sequence[str], annotation: Any, text: str, hidden: bool = False):
+def _option(
+    name: str, decls: Sequence[str], annotation: Any, text: str, hidden: bool = False
+) -> inspect.Parameter:
     info = typer.Option(None, *decls, help=text, show_default=False, hidden=hidden)
     kind = inspect.Parameter.KEYWORD_ONLY
     return inspect.Parameter(name, kind, default=info, annotation=annotation | None)
@@ -186,7 +188,9 @@ def spec_command(
     return command
 
 
-def own_option(name: str, decls: Sequence[str], annotation: Any, default: Any, text: str):
+def own_option(
+    name: str, decls: Sequence[str], annotation: Any, default: Any, text: str
+) -> inspect.Parameter:
     """A command's own option (not a job setting): where to write, what to print."""
     info = typer.Option(default, *decls, help=text)
     return inspect.Parameter(
