@@ -229,7 +229,7 @@ def study(
                 left = None if units is None else 0 if one_process else units - 1
                 if left == 0:
                     pause(cfg, writer.path)
-                    _pause(writer, units)
+                    _pause(writer)
                     return
                 _continue_fresh(writer, left)
     typer.echo(f"study {writer.run_id}: report in {writer.path}/report.md")
@@ -269,9 +269,10 @@ def _lane(cfg: Any, folder: Path | None) -> None:
     lane_main(cfg, folder, sinks, log, fresh)
 
 
-def _pause(writer: Any, units: int | None) -> None:
-    """``--units`` is used up: record the study as ``paused`` and say how it goes on."""
-    message = f"paused after --units {units}: envace study --resume {writer.path} goes on"
+def _pause(writer: Any) -> None:
+    """``--units`` is used up: record the study as ``paused`` and say how it goes on (not the
+    count: each fresh program image is handed only the units left)."""
+    message = f"paused, its --units done: envace study --resume {writer.path} goes on"
     typer.echo(f"study {writer.run_id}: {message}")
     writer.finish("paused", message)
 
