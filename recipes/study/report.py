@@ -372,6 +372,7 @@ def build_report(config: StudyConfig, state: StudyState) -> dict[str, Any]:
         "cost": config.cost,
         "eval": config.eval.model_dump(mode="json"),
         "steps": config.train.steps,
+        "seed": config.seed,
         "arms": {k: _portable(vars(v)) for k, v in b.arms()},
         "table": b.table(),
         "world": b.world(),
@@ -437,6 +438,12 @@ def markdown(report: dict[str, Any]) -> str:
         "",
     ]
     lines += ["## Verdicts", ""]
+    if report.get("seed") is not None:  # reports written before the seed was recorded lack it
+        lines += [
+            f"On this study's seed ({report['seed']}) alone: a protocol states a verdict only "
+            "where two seeds agree.",
+            "",
+        ]
     lines += [f"* **{v['verdict']}** — {v['claim']}: {v['evidence']}" for v in report["verdicts"]]
     lines += [
         "",
