@@ -185,6 +185,9 @@ class EvalSpec(EvaluationSpec):
     def checkpoints(self) -> tuple[str, ...]:
         return (self.model,)
 
+    def rollout_settings(self) -> dict[str, Any]:
+        return {**super().rollout_settings(), "max_steps": self.max_steps}
+
 
 class SweepSpec(EvaluationSpec):
     """``envace sweep``: the grid of rehearsal budgets x modes x checkpoints."""

@@ -101,12 +101,11 @@ def _prepare(spec: EvaluationSpec, budget: int = 0, mode: str = "parallel") -> _
         spec = spec.resolved()
     except ValueError as err:
         raise _fail(err, "--model") from err
-    basis = spec.basis if isinstance(spec, EvalSpec) else None
-    max_steps = spec.max_steps if isinstance(spec, EvalSpec) else RolloutConfig.max_steps
+    basis = spec.basis if isinstance(spec, EvalSpec) else None  # a sweep scores on the default
     try:
         rehearsal = RehearsalConfig(budget, parse_mode(mode), MemoryConfig(spec.memory_tokens))
         config = EvalConfig(spec.repeats, rehearsal, spec.success_threshold)
-        rollout = RolloutConfig(**spec.rollout_settings(), max_steps=max_steps)
+        rollout = RolloutConfig(**spec.rollout_settings())
     except ValueError as err:
         raise _fail(err, "--budget/--rehearsal") from err
     split = spec.split or held_out_split(spec.suite)

@@ -129,7 +129,8 @@ def read_spec(spec: type[JobSpec], given: Mapping[str, Any]) -> JobSpec:
         if value is not None:
             now = _decls(name, spec.model_fields[name], ())[0].split("/")[0]
             typer.echo(f"warning: {old.split('/')[0]} is deprecated: use {now}", err=True)
-            values[name] = values.get(name) if values.get(name) is not None else value
+            if values.get(name) is None:  # the current flag wins when both are given
+                values[name] = value
     data.update({k: v for k, v in values.items() if v is not None})
     try:
         return spec.model_validate(data)

@@ -31,6 +31,9 @@ import typer
 
 from envace_engine.config import ConfigError, build, data_root, load
 
+# ``envace_engine.cli`` loads this module through its ``envace.commands`` entry point, so the
+# engine's CLI modules are imported inside the commands here, never at the top (a cycle)
+
 # how the study runs its next unit or a lane in a fresh program image: this recipe's own module
 # (``python -m recipes.study`` is ``envace study``), so it needs no installed entry point
 SELF = (sys.executable, "-m", "recipes.study")
@@ -320,6 +323,7 @@ def pause_command(
     paused, in its state, report and progress, so the studio shows it waiting to be resumed;
     ``envace study --resume RUN`` goes on from its last record."""
     from recipes.study.config import StudyConfig
+    from recipes.study.lanes import alive
     from recipes.study.runner import pause
     from recipes.study.state import StudyState
     from storage.layout import read_manifest, read_progress, run_dir
@@ -330,7 +334,7 @@ def pause_command(
     if state is None:
         raise typer.BadParameter(f"{path} holds no study.json: not a study run", param_hint="RUN")
     progress = read_progress(path)
-    if progress.status == "running" and progress.pid and _alive(progress.pid):
+    if progress.status == "running" and progress.pid and alive(progress.pid):
         raise typer.BadParameter(
             f"study {path.name} is running (pid {progress.pid}): stop it first "
             f"(kill {progress.pid}), then pause it",
@@ -342,13 +346,3 @@ def pause_command(
     pause(build(StudyConfig, read_manifest(path).config), path)
     RunWriter(path).finish("paused", f"paused: envace study --resume {path} goes on")
     typer.echo(f"study {path.name} paused: envace study --resume {path} goes on")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, another user's
-        return True
-    return True

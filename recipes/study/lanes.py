@@ -111,10 +111,10 @@ def prepare(config: StudyConfig, study_dir: Path, log: Callable[[str], None]) ->
     an arm that must train again because its checkpoint was lost, is a ``LanesError``."""
     with locked(study_dir):
         state = open_state(config, study_dir)
-        alive = {key: pid for key, pid in state.claims.items() if _alive(pid)}
-        if alive:
+        running = {key: pid for key, pid in state.claims.items() if alive(pid)}
+        if running:
             raise LanesError(
-                f"lane processes of an earlier run of this study still run ({alive}): "
+                f"lane processes of an earlier run of this study still run ({running}): "
                 "stop them (kill PID) before resuming"
             )
         lost = [a for a in config.arms if lost_mid_evaluation(state, a, n_settings(config))]
@@ -274,7 +274,8 @@ def _die_with_parent() -> None:
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (another user's counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
