@@ -17,7 +17,7 @@ from storage.layout import read_manifest
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = sorted((ROOT / "configs").glob("*.toml"))
-RUNS = sorted(p.parent for d in ("docs", "studio/demo") for p in (ROOT / d).rglob("run.json"))
+RUNS = sorted(p.parent for d in ("recipes", "studio/demo") for p in (ROOT / d).rglob("run.json"))
 
 
 def _kind_of(path: Path) -> type:

@@ -17,7 +17,7 @@ from recipes.study.config import StudyConfig
 from recipes.study.report import build_report, markdown
 from recipes.study.runner import _redo_suffix
 from recipes.study.state import ArmState, CheckpointEval, StudyState
-from storage.layout import read_progress, run_dir
+from storage.layout import read_manifest, read_progress, run_dir
 from storage.shards import RunWriter
 from tests.studio_data import study_state
 
@@ -164,6 +164,31 @@ def test_a_study_refuses_a_starting_checkpoint_other_than_its_own(tmp_path: Path
     fresh = StudyState("t")
     check_start("tiny", fresh)
     assert fresh.start_digest == ""
+
+
+def test_a_moved_starting_checkpoint_is_found_again_by_its_new_path(tmp_path, monkeypatch):
+    """A study folder from an older clone names its SFT checkpoint where that clone kept it:
+    the missing path is named with the way out (``--set model=``), which a resume accepts and
+    records; the weights at the new path must still be the recorded ones."""
+    from recipes.study.cli import _study_config
+    from recipes.study.runner import StartChanged, check_start
+
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "model.safetensors").write_bytes(b"weights-a")
+    state = StudyState("st")
+    check_start(str(tmp_path / "old"), state)
+    (tmp_path / "old").rename(tmp_path / "new")
+    with pytest.raises(StartChanged, match=r"old: no checkpoint there.*--set model=ITS_NEW_PATH"):
+        check_start(str(tmp_path / "old"), state)
+    check_start(str(tmp_path / "new"), state)  # the same bytes, moved: fine
+
+    monkeypatch.setenv("ENVACE_HOME", str(tmp_path))
+    config = build(StudyConfig, {"model": str(tmp_path / "old")}).model_dump(mode="json")
+    with RunWriter.create(tmp_path, "study", model="tiny", config=config, run_id="st"):
+        pass
+    cfg, _ = _study_config(None, "st", [f"model={tmp_path / 'new'}"])
+    assert cfg.model == str(tmp_path / "new")
+    assert read_manifest(run_dir(tmp_path, "st")).config["model"] == str(tmp_path / "new")
 
 
 def test_an_arm_whose_checkpoints_were_lost_starts_again_cleanly():

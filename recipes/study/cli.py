@@ -119,9 +119,11 @@ def _study_config(
     config: Path | None, resume: str | None, overrides: list[str]
 ) -> tuple[Any, Path | None]:
     """The validated config, and the study folder when resuming. On resume, ``--set`` may change
-    only ``[eval]`` and ``lanes`` (``RESUMABLE``: the arms share every other setting); the
-    change is recorded in the study's run.json, so later resumes and the report see it."""
-    from recipes.study.config import RESUMABLE, StudyConfig
+    only ``[eval]``, ``lanes`` and ``model``'s path (``RESUMABLE``, ``RESUMABLE_KEYS``: the arms
+    share every other setting; a moved SFT checkpoint must have the digest the study started
+    from, which ``open_state`` checks); the change is recorded in the study's run.json, so
+    later resumes and the report see it."""
+    from recipes.study.config import RESUMABLE, RESUMABLE_KEYS, StudyConfig
     from storage.layout import read_manifest, rewrite_config, run_dir
 
     if resume is None:
@@ -143,12 +145,12 @@ def _study_config(
             "--set eval.KEY=VALUE, or start a new study with --config alone"
         )
     fixed = [o.split("=", 1)[0].strip() for o in overrides]
-    fixed = [key for key in fixed if not key.startswith(RESUMABLE)]
+    fixed = [k for k in fixed if not k.startswith(RESUMABLE) and k not in RESUMABLE_KEYS]
     if fixed:
         raise ConfigError(
             f"--resume {resume} --set {', '.join(fixed)}: a resumed study keeps the settings its "
-            "arms were trained with; only eval.* and lanes may change (or start a new study "
-            "with --config)"
+            "arms were trained with; only eval.*, lanes and model (the SFT checkpoint's path, "
+            "same weights) may change (or start a new study with --config)"
         )
     data = build(StudyConfig, manifest.config, overrides)
     if overrides:

@@ -16,7 +16,9 @@ A study whose arms include ``fidelity`` is judged on the world-model claims (aâ€
 
 ``[eval]`` says how every checkpoint (``base``, ``sft`` and each arm's last) is evaluated; it is
 the only section a resumed study may change (``RESUMABLE``), with ``lanes`` (how many units
-run at once: scheduling, not a setting of any unit): the arms share everything else.
+run at once: scheduling, not a setting of any unit) and ``model``'s path (a moved SFT checkpoint:
+its weights must be the ones the study started from, which ``open_state`` checks by digest):
+the arms share everything else.
 """
 
 from __future__ import annotations
@@ -102,7 +104,9 @@ class StudyTrain(Section):
     lora: LoraSettings = LoraSettings()
 
 
-RESUMABLE = ("eval.", "lanes")  # --set keys ``envace study --resume`` accepts (and records)
+# --set keys ``envace study --resume`` accepts (and records): prefixes, and whole keys
+RESUMABLE = ("eval.",)
+RESUMABLE_KEYS = frozenset({"lanes", "model"})
 
 
 class StudyEval(Section):

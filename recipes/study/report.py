@@ -354,7 +354,7 @@ def fmt_est(e: Estimate) -> str:
 
 def _portable(arm: dict[str, Any]) -> dict[str, Any]:
     """An arm's record with its checkpoint relative to the data folder (``RUN/checkpoints/…``):
-    a report copied elsewhere (docs/study/) names no machine's paths."""
+    a report copied elsewhere (recipes/study/runs/) names no machine's paths."""
     path = Path(arm["checkpoint"])
     if arm["run_id"] in path.parts:
         path = Path(*path.parts[path.parts.index(arm["run_id"]) :])

@@ -288,6 +288,13 @@ def check_start(model: str, state: StudyState) -> None:
     that start later (a resumed study, one whose data folder was restored from a copy without
     checkpoints and whose SFT checkpoint was rebuilt) must start where the first ones did."""
     found = digest(model)
+    if state.start_digest and not found and not Path(model).exists():
+        raise StartChanged(
+            f"{model}: no checkpoint there, and this study started from one (sha256 "
+            f"{state.start_digest[:12]}); if it moved (a study folder copied from an older "
+            "clone), resume with --set model=ITS_NEW_PATH: its weights are checked against "
+            "that digest"
+        )
     if state.start_digest and found != state.start_digest:
         raise StartChanged(
             f"{model}: its weights (sha256 {found[:12] or 'none'}) are not the checkpoint this "
