@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from envace_engine.adapters import split_name
+from envace_engine.models import ModelError, resolve
 
 TrainMode = Literal["envace", "real-grpo", "act-only", "simulator"]
 # The embedded sampler's GEMM dtype (``samplers.embedded.sampler.compute_dtype``).
@@ -437,7 +438,6 @@ def _check_sampler(spec: str) -> None:
     Any other sampler would hold its own copy of the weights that nothing updates, so the
     rollouts would come from a stale policy without an error anywhere.
     """
-    from envace_engine.models import ModelError, resolve
 
     if not spec.startswith("sglang+"):
         raise ValueError(

@@ -27,6 +27,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -259,8 +260,6 @@ def _atomic_save(model: Any, tokenizer: Any, out: Path) -> None:
     tokenizer.save_pretrained(tmp)
     out.parent.mkdir(parents=True, exist_ok=True)
     if out.exists():  # another process finished first
-        import shutil
-
         shutil.rmtree(tmp, ignore_errors=True)
         return
     tmp.rename(out)

@@ -23,6 +23,8 @@ import hmac
 import os
 from dataclasses import dataclass
 
+from studio.space import writers
+
 MODES = ("open", "password", "hf")
 
 
@@ -43,8 +45,6 @@ class AuthPolicy:
         """Policy from ``--auth user:pass`` and the Space id (``$SPACE_ID`` when None)."""
         space_id = os.environ.get("SPACE_ID") if space_id is None else space_id
         if space_id:
-            from studio.space import writers
-
             return cls(mode="hf", writers=writers())
         if auth:
             user, sep, password = auth.partition(":")

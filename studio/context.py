@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from storage import Store
 from studio import demo
 from studio.auth import AuthPolicy
 from studio.jobs import JobManager
@@ -31,7 +32,6 @@ class Studio:
         cls, root: Path, policy: AuthPolicy | None = None, limits: HostLimits | None = None
     ) -> Studio:
         """Open (or create) the studio data folder ``root`` (``limits``: a Space's job caps)."""
-        from storage import Store
 
         root.mkdir(parents=True, exist_ok=True)
         if os.environ.get("ENVACE_DEMO", "1") != "0":  # ENVACE_DEMO=0: start empty

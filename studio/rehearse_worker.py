@@ -24,6 +24,13 @@ import threading
 import time
 from typing import IO, Any
 
+from envace_engine.environments import get_suite
+from envace_engine.models import resolve
+from envace_engine.rollout.parsing import parse_rehearsal
+from envace_engine.rollout.prompts import RehearseContext, assistant_text, rehearse_messages, render
+from envace_engine.samplers.base import SamplingParams
+from envace_engine.types import ToolCall
+
 MAX_NEW_TOKENS = 256
 
 
@@ -97,7 +104,6 @@ class _Models:
         start = time.perf_counter()
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from envace_engine.models import resolve
         from envace_engine.samplers.embedded.sampler import HFSampler
 
         spec = resolve(name)
@@ -132,14 +138,6 @@ def answer_call(models: _Models, request: dict[str, Any]) -> dict[str, Any]:
     the rollout uses (docs/method.md §2, no history: the call is the first of the episode); the real
     response comes from a fresh environment at the task's initial state.
     """
-    from envace_engine.environments import get_suite
-    from envace_engine.rollout.prompts import (
-        RehearseContext,
-        assistant_text,
-        rehearse_messages,
-        render,
-    )
-    from envace_engine.types import ToolCall
 
     suite = get_suite(str(request.get("suite", "toy")))
     tasks = {t.id: t for t in suite.tasks(str(request.get("split", "validation")))}
@@ -169,9 +167,6 @@ def answer_call(models: _Models, request: dict[str, Any]) -> dict[str, Any]:
 
 
 def _rehearse(models: _Models, request: dict[str, Any], ids: list[int]) -> dict[str, Any]:
-    from envace_engine.rollout.parsing import parse_rehearsal
-    from envace_engine.samplers.base import SamplingParams
-
     name = str(request["model"])
     sampler, tok, load_s = models.sampler(name)
     params = SamplingParams(

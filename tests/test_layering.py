@@ -20,6 +20,8 @@ storage, never the studio; nothing in the engine, storage or the studio imports 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -145,3 +147,19 @@ def test_storage_reads_only_plain_engine_modules(path):
 def _is_module(dotted: str) -> bool:
     rel = Path(*dotted.split("."))
     return (ROOT / rel.with_suffix(".py")).is_file() or (ROOT / rel / "__init__.py").is_file()
+
+
+# What ``envace --help`` and every command's module may not load at import: most imports sit at
+# the top of their modules, and the ones inside functions keep these out of the CLI's start.
+CLI_NEVER_LOADS = ("torch", "transformers", "trl", "peft", "duckdb", "sqlmodel", "mcp", "uvicorn")
+
+
+def test_the_cli_starts_without_loading_the_heavy_packages():
+    code = (
+        "import sys, envace_engine.cli\n"
+        f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({CLI_NEVER_LOADS!r})))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+    )
+    assert out.stdout.strip() == "[]", out.stdout

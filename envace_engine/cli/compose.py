@@ -17,6 +17,8 @@ import typer
 from envace_engine.config import EVAL_CACHE_TOKENS, SamplerDtype, data_root
 from envace_engine.environments import get_suite
 from envace_engine.environments.base import Suite
+from envace_engine.models import ModelError, load_tokenizer, resolve
+from envace_engine.samplers import make_sampler
 from envace_engine.types import Task
 
 
@@ -54,8 +56,6 @@ def load(
     BASE+ADAPTER or server). ``bounded_cache``: an embedded sampler's prefix cache is held to
     ``EVAL_CACHE_TOKENS`` between calls and during them, as evaluations hold it (a server keeps
     its own cache). A model that cannot load is a ``BadParameter`` naming ``hint``."""
-    from envace_engine.models import ModelError, load_tokenizer, resolve
-    from envace_engine.samplers import make_sampler
 
     try:
         spec = resolve(name)

@@ -12,6 +12,8 @@ from typing import Annotated
 
 import typer
 
+from envace_engine.config import data_root as configured
+
 runs_app = typer.Typer(help="Runs in the studio data folder.", no_args_is_help=True)
 
 ROOT_HELP = "studio data folder (default: $ENVACE_HOME or ./runs)"
@@ -19,7 +21,6 @@ ROOT_HELP = "studio data folder (default: $ENVACE_HOME or ./runs)"
 
 def data_root(root: str | None) -> Path:
     """The studio data folder: ``--root``, else $ENVACE_HOME, else ./runs (absolute)."""
-    from envace_engine.config import data_root as configured
 
     return configured(root).resolve()
 

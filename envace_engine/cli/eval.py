@@ -17,11 +17,27 @@ import typer
 
 from envace_engine.cli import compose
 from envace_engine.cli.spec_options import own_option, spec_command
+from envace_engine.cli.train import ProgressSink, tracked
+from envace_engine.cli.users import make_judge, with_user
 from envace_engine.config import SamplerDtype
 from envace_engine.environments import example_pool, held_out_split
+from envace_engine.environments.base import ScoringBasis
 from envace_engine.environments.vita.comparable import comparability
+from envace_engine.rollout.loop import RolloutConfig
+from envace_engine.rollout.rewards import state_reward
 from envace_engine.samplers.base import TokenCounting
 from envace_engine.specs import EvalSpec, EvaluationSpec, SweepSpec
+from envace_engine.stats import RESAMPLES, paired_by_task
+from envace_engine.testtime.evaluate import (
+    Checkpoint,
+    EvalConfig,
+    evaluate,
+    pareto_front,
+    run_sweep,
+    sweep_settings,
+)
+from envace_engine.testtime.memory import MemoryConfig
+from envace_engine.testtime.rehearsal import RehearsalConfig, parse_mode
 
 if TYPE_CHECKING:
     from envace_engine.stats import Estimate
@@ -66,7 +82,6 @@ class CheckpointMeter:
 def _checkpoints(models: Sequence[str], batch_size: int, dtype: SamplerDtype) -> Iterator[Any]:
     """Load each model when its turn comes (one in memory at a time), with the evaluations'
     bounded prefix cache (``compose.load``)."""
-    from envace_engine.testtime.evaluate import Checkpoint
 
     for name in models:
         sampler, tokenizer = compose.load(
@@ -91,11 +106,6 @@ class _Job:
 def _prepare(spec: EvaluationSpec, budget: int = 0, mode: str = "parallel") -> _Job:
     """The spec, its unset prompt settings taken from the checkpoints, turned into the
     evaluation's configs and tasks; every bad value raises ``BadParameter`` naming it."""
-    from envace_engine.environments.base import ScoringBasis
-    from envace_engine.rollout.loop import RolloutConfig
-    from envace_engine.testtime.evaluate import EvalConfig
-    from envace_engine.testtime.memory import MemoryConfig
-    from envace_engine.testtime.rehearsal import RehearsalConfig, parse_mode
 
     try:
         spec = spec.resolved()
@@ -150,7 +160,6 @@ def sweep_deltas(points: Sequence[SweepPoint], resamples: int, seed: int) -> dic
     (``stats.paired_by_task``, as the study's test-time table). Without an N = 0
     point for the checkpoint there is nothing to compare with, and no entry.
     """
-    from envace_engine.stats import paired_by_task
 
     def rates(point: SweepPoint) -> dict[str, float]:
         return {t.task_id: t.successes / max(len(t.rewards), 1) for t in point.tasks}
@@ -169,13 +178,11 @@ def sweep_deltas(points: Sequence[SweepPoint], resamples: int, seed: int) -> dic
 def _sweep_rows(points: Sequence[Any], seed: int = 0) -> list[dict[str, Any]]:
     """One printed row per sweep point; ``*`` marks the success-vs-overhead Pareto front;
     ``delta`` is the success Δ vs the checkpoint's N = 0 with its 95 % CI over tasks."""
-    from envace_engine.testtime.evaluate import pareto_front
 
     def overhead(m: Any) -> float:
         return m["sweep/rehearsal_tokens"] + m["sweep/memory_tokens"]
 
     front = set(pareto_front([(overhead(p.metrics), p.metrics["sweep/success"]) for p in points]))
-    from envace_engine.stats import RESAMPLES
 
     deltas = sweep_deltas(points, RESAMPLES, seed)
     return [
@@ -203,10 +210,6 @@ def _delta_text(est: Estimate | None) -> str:
 
 def run_eval(spec: EvalSpec, root: str | None, run_dir: Path | None) -> None:
     """Evaluate a model in the real environment (optionally after private rehearsal)."""
-    from envace_engine.cli.train import ProgressSink, tracked
-    from envace_engine.cli.users import make_judge, with_user
-    from envace_engine.rollout.rewards import state_reward
-    from envace_engine.testtime.evaluate import evaluate
 
     job = _prepare(spec, spec.budget, spec.rehearsal)
     (checkpoint,) = _checkpoints([spec.model], spec.batch_size, spec.dtype)
@@ -250,10 +253,6 @@ def run_eval(spec: EvalSpec, root: str | None, run_dir: Path | None) -> None:
 
 def run_sweep_job(spec: SweepSpec, root: str | None, run_dir: Path | None) -> None:
     """Sweep rehearsal budget x mode (x checkpoints: repeat --model) and store the grid."""
-    from envace_engine.cli.train import ProgressSink, tracked
-    from envace_engine.cli.users import make_judge
-    from envace_engine.rollout.rewards import state_reward
-    from envace_engine.testtime.evaluate import run_sweep, sweep_settings
 
     try:
         settings = sweep_settings(spec.budgets, spec.modes)

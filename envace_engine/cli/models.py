@@ -8,6 +8,14 @@ from typing import Annotated, cast
 import typer
 
 from envace_engine.config import SamplerDtype
+from envace_engine.models import (
+    ModelError,
+    cache_dir,
+    load_model,
+    load_tokenizer,
+    registry,
+    resolve,
+)
 
 # ``--dtype`` of the commands that sample (eval, sweep, rollout): the embedded sampler's GEMMs.
 DtypeOpt = Annotated[
@@ -24,7 +32,6 @@ app = typer.Typer(help="Models: the registry and a smoke test.", no_args_is_help
 @app.command("list")
 def list_models() -> None:
     """List built-in model names (a local checkpoint dir or sglang+http://HOST:PORT also work)."""
-    from envace_engine.models import cache_dir, registry
 
     for name, about in registry().items():
         typer.echo(f"{name:14s} {about}")
@@ -41,8 +48,6 @@ def smoke(
     """Generate a short greedy completion; print the text and tokens/s."""
     import torch
     from transformers import BatchEncoding, GenerationMixin
-
-    from envace_engine.models import ModelError, load_model, load_tokenizer, resolve
 
     try:
         spec = resolve(model)

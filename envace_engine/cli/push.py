@@ -8,6 +8,7 @@ what would be pushed (the tests stage offline and load the folders back).
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 from typing import Annotated
@@ -15,6 +16,8 @@ from typing import Annotated
 import typer
 
 from envace_engine.cli.data import ROOT_HELP, _run_folder, data_root
+from envace_engine.cli.hub_stage import StageError, find_checkpoint, stage_dataset, stage_model
+from envace_engine.models import load_tokenizer, resolve
 
 
 def push(
@@ -32,7 +35,6 @@ def push(
 ) -> None:
     """Stage a run's checkpoint (with a model card) and/or its episodes (a ``messages``
     dataset with a card), then upload them to the Hugging Face Hub."""
-    from envace_engine.cli.hub_stage import StageError, stage_dataset, stage_model
 
     if not repo and not dataset:
         raise typer.BadParameter("give --repo (the model), --dataset (the episodes), or both")
@@ -60,10 +62,6 @@ def push(
 
 def _tokenizer(run_dir: Path) -> object:
     """The tokenizer that decodes the run's token ids: its checkpoint's, else its model's."""
-    import json
-
-    from envace_engine.cli.hub_stage import StageError, find_checkpoint
-    from envace_engine.models import load_tokenizer, resolve
 
     try:
         return load_tokenizer(resolve(str(find_checkpoint(run_dir))))

@@ -19,7 +19,10 @@ import typer
 
 from envace_engine.cli import compose
 from envace_engine.cli.spec_options import own_option, spec_command
+from envace_engine.cli.train import ProgressSink
+from envace_engine.rollout.loop import RolloutConfig, rollout, rollout_metrics
 from envace_engine.samplers.base import TokenCounting
+from envace_engine.sink import FanoutSink, JsonlSink
 from envace_engine.specs import RolloutSpec
 from envace_engine.types import Episode, MetaKey, Role
 
@@ -67,9 +70,6 @@ def summary(episodes: Sequence[Episode], seconds: float) -> str:
 
 def run_rollout(spec: RolloutSpec, out: Path | None, run_dir: Path | None, show: int) -> None:
     """Run episodes, print transcripts and a summary; write JSON Lines and/or a stored run."""
-    from envace_engine.cli.train import ProgressSink
-    from envace_engine.rollout.loop import RolloutConfig, rollout, rollout_metrics
-    from envace_engine.sink import FanoutSink, JsonlSink
 
     if out is None and run_dir is None:
         raise typer.BadParameter("say where to write: --out DIR (JSON Lines) or --run-dir DIR")

@@ -10,13 +10,16 @@ from typing import Annotated, NoReturn
 
 import typer
 
+from envace_engine.environments import get_suite, suite_names, whole_splits
+from envace_engine.environments.check import check_suite
+from envace_engine.tasks import TaskFileError, load_tasks, save_tasks
+
 app = typer.Typer(help="Task suites and task files (JSONL).", no_args_is_help=True)
 
 
 @app.command("list")
 def list_suites() -> None:
     """List the suites with their splits and task counts."""
-    from envace_engine.environments import get_suite, suite_names, whole_splits
 
     width = max(len(name) for name in suite_names())
     for name in suite_names():
@@ -43,8 +46,6 @@ def check(
 
     Exits 1 when a scored reference solution falls short (never for ``--agent nothing``).
     """
-    from envace_engine.environments import get_suite, whole_splits
-    from envace_engine.environments.check import check_suite
 
     try:
         chosen = get_suite(suite, basis)
@@ -77,8 +78,6 @@ def generate(
     seed: Annotated[int, typer.Option(help="generation seed (same seed, same tasks)")] = 0,
 ) -> None:
     """Generate N tasks with their reference calls executed for real, and write them as JSONL."""
-    from envace_engine.environments import get_suite, suite_names
-    from envace_engine.tasks import save_tasks
 
     if suite not in suite_names():
         raise typer.BadParameter(f"valid suites: {', '.join(suite_names())}", param_hint="--suite")
@@ -108,7 +107,6 @@ def show(
     index: int = typer.Option(0, min=0, help="0-based line index among the tasks"),
 ) -> None:
     """Print one task: turns, reference calls and results, tools, initial state."""
-    from envace_engine.tasks import TaskFileError, load_tasks
 
     try:
         tasks = load_tasks(file)

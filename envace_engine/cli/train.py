@@ -29,6 +29,8 @@ from envace_engine.config import (
 )
 from envace_engine.samplers.base import TokenCounting
 from envace_engine.sink import Sink
+from envace_engine.tracking import PROJECT, TrackingSink, open_tracker
+from envace_engine.training.parallel import distributed
 from envace_engine.types import Episode
 
 CONFIG_HELP = "TOML config file (see configs/*.toml)"
@@ -111,7 +113,6 @@ def tracked(
 ) -> Iterator[Sink]:
     """``sink``, also logging its metrics, and ``trace_episodes`` episodes per step as traces,
     to ``report_to`` (trackio, wandb) while open."""
-    from envace_engine.tracking import PROJECT, TrackingSink, open_tracker
 
     tracker = open_tracker(report_to, project=PROJECT, name=name, config=config)
     if tracker is None:
@@ -157,7 +158,6 @@ def sft(config: ConfigOpt = None, overrides: SetOpt = None) -> None:
 
 def train(config: ConfigOpt = None, resume: ResumeOpt = None, overrides: SetOpt = None) -> None:
     """Role-wise GRPO (modes envace, real-grpo, act-only); checkpoints; --resume continues."""
-    from envace_engine.training.parallel import distributed
     from envace_engine.training.trainer import train as run_train
 
     d = distributed.init()
@@ -191,7 +191,6 @@ def _train_setup(
     config: Path | None, resume: str | None, overrides: list[str], d: Any
 ) -> tuple[TrainConfig, Path]:
     """The validated config and the run dir (created by rank 0 for a new run)."""
-    from envace_engine.training.parallel import distributed
     from storage.layout import read_manifest, run_dir
 
     if resume is None:

@@ -17,6 +17,10 @@ from typing import Any
 import typer
 
 from envace_engine.cli import compose
+from envace_engine.rollout.endpoints import Endpoint, EndpointUser, NlJudge, parse_endpoint
+from envace_engine.rollout.judges import SamplerJudge
+from envace_engine.rollout.rewards import JudgeConfig, judge_endpoint
+from envace_engine.rollout.user import SamplerUser
 from envace_engine.specs import EvalSpec, EvaluationSpec
 
 
@@ -32,13 +36,10 @@ def _embedded(
 def make_user(spec: EvalSpec, checkpoint: Any) -> Any:
     """The ``UserSimulator`` named by ``spec.user`` (``checkpoint``: the agent's loaded
     policy, shared when the user is the same model)."""
-    from envace_engine.rollout.user import SamplerUser
 
     assert spec.user
     tokens, temperature = spec.user_max_new_tokens, spec.user_temperature
     if spec.user.startswith("openai+"):
-        from envace_engine.rollout.endpoints import Endpoint, EndpointUser, parse_endpoint
-
         endpoint: Endpoint = replace(
             parse_endpoint(spec.user), max_tokens=tokens, temperature=temperature
         )
@@ -64,9 +65,6 @@ def make_judge(spec: EvaluationSpec, model: str, checkpoint: Any) -> Any:
     if not spec.judge:
         return None
     if spec.judge.startswith(("http://", "https://", "openai+")):
-        from envace_engine.rollout.endpoints import NlJudge, parse_endpoint
-        from envace_engine.rollout.rewards import JudgeConfig, judge_endpoint
-
         plain = spec.judge.startswith("http")
         try:
             config = JudgeConfig(spec.judge)
@@ -74,7 +72,6 @@ def make_judge(spec: EvaluationSpec, model: str, checkpoint: Any) -> Any:
         except ValueError as err:
             raise typer.BadParameter(str(err), param_hint="--judge") from err
         return NlJudge(replace(endpoint, max_tokens=config.max_tokens, temperature=0.0))
-    from envace_engine.rollout.judges import SamplerJudge
 
     try:
         sampler, tokenizer = _embedded(spec.judge, model, checkpoint, spec.batch_size, "--judge")

@@ -15,8 +15,10 @@ from typing import Annotated, Any
 import typer
 
 from envace_engine.cli import compose
+from envace_engine.cli import world_card as wc
+from envace_engine.cli.data import _run_folder, data_root
 from envace_engine.cli.models import DtypeOpt
-from envace_engine.config import SamplerDtype
+from envace_engine.config import ROLLOUT_DEFAULTS, ConfigError, SamplerDtype, checkpoint_prompts
 
 app = typer.Typer(help="A checkpoint's world role: serve it over MCP, or card its fidelity.")
 
@@ -61,7 +63,10 @@ def serve(
     dtype: DtypeOpt = "auto",
 ) -> None:
     """Serve the policy's world role as an MCP server: each tools/call is rehearsed."""
+    # here, not at the top: the server module loads the mcp SDK and uvicorn, which the other
+    # commands (and `envace --help`) do not need
     from envace_engine.cli import world_serve as ws
+
 
     if stdio == (http is not None):
         raise typer.BadParameter(
@@ -95,7 +100,6 @@ def _serve_settings(
     """Unset options from the checkpoint's recorded prompt settings, else the defaults (as
     ``envace eval``); worked examples need a pool, which only an MCP suite's tasks give."""
     from envace_engine.cli.world_serve import ServeSettings
-    from envace_engine.config import ROLLOUT_DEFAULTS, ConfigError, checkpoint_prompts
 
     try:
         recorded = {**ROLLOUT_DEFAULTS.model_dump(), **checkpoint_prompts(model)}
@@ -129,8 +133,6 @@ def card(
     ] = None,
 ) -> None:
     """A per-tool fidelity card of a run's world role (rehearsed vs real), Markdown + JSON."""
-    from envace_engine.cli import world_card as wc
-    from envace_engine.cli.data import _run_folder, data_root
     from storage.layout import RUNS_DIR, read_manifest
     from storage.store import Store
 

@@ -27,6 +27,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from envace_engine.adapters import split_name
+from envace_engine.models import is_local_model
+from envace_engine.training.checkpoint import list_checkpoints
+
 CARD_NAME = "world_card"
 REHEARSED = "rehearsed"
 _PAGE = 1000  # pairs per storage read
@@ -233,12 +237,8 @@ def checkpoint_dir(manifest: Any, run_path: Path) -> Path | None:
     its saved model (``sft``: ``out_dir``, default ``<run>/model``). Any other run rehearsed
     with its ``model``: that folder (an adapter's, for ``BASE+ADAPTER``).
     """
-    from envace_engine.adapters import split_name
-    from envace_engine.models import is_local_model
 
     if manifest.kind == "train":
-        from envace_engine.training.checkpoint import list_checkpoints
-
         found = list_checkpoints(run_path)
         return found[-1] if found else None
     if manifest.kind == "sft":

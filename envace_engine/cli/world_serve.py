@@ -26,10 +26,12 @@ from typing import Any
 
 import anyio
 import mcp_types
+import uvicorn
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from envace_engine.environments.mcp.suite import load_suite
 from envace_engine.environments.schema import openai_tool, tool_name
 from envace_engine.environments.tool_environment import check_call, parameter_schemas
 from envace_engine.rollout.parsing import parse_rehearsal, result_to_json
@@ -118,8 +120,6 @@ def _file_tools(path: Path) -> tuple[dict[str, Any], ...]:
 
 def _suite_tools(name: str) -> WorldTools:
     # Imported here: the MCP suite is loaded (and its server started once) only when asked for.
-    from envace_engine.environments.mcp.suite import load_suite
-
     suite = load_suite(name)
     try:
         pool = tuple(suite.tasks("train"))
@@ -265,7 +265,6 @@ def serve_stdio(server: Server[Any]) -> None:
 
 def serve_http(server: Server[Any], port: int, host: str = "127.0.0.1") -> None:
     """Serve streamable HTTP at ``http://HOST:PORT/mcp`` until interrupted."""
-    import uvicorn
 
     app = server.streamable_http_app(host=host)
     uvicorn.run(app, host=host, port=port, log_level="warning")

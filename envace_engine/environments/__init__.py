@@ -22,7 +22,12 @@ from collections.abc import Callable
 from functools import cache
 
 from envace_engine.environments.base import Environment, Suite
+from envace_engine.environments.bfcl.gen import BfclGenSuite
+from envace_engine.environments.bfcl.suite import BfclSuite
 from envace_engine.environments.reference import reference_match
+from envace_engine.environments.tau2.suite import Tau2Suite
+from envace_engine.environments.toy.library import LibrarySuite
+from envace_engine.environments.toy.suite import ToySuite
 from envace_engine.types import Task
 
 __all__ = [
@@ -38,36 +43,26 @@ __all__ = [
 
 
 def _bfcl(basis: str | None) -> Suite:
-    from envace_engine.environments.bfcl.suite import BfclSuite
-
     return BfclSuite(basis or "official")
 
 
 def _bfcl_gen(basis: str | None) -> Suite:
-    from envace_engine.environments.bfcl.gen import BfclGenSuite
-
     _one_basis("bfcl-gen", basis)
     return BfclGenSuite()
 
 
 def _toy(basis: str | None) -> Suite:
-    from envace_engine.environments.toy.suite import ToySuite
-
     _one_basis("toy", basis)
     return ToySuite()
 
 
 def _toy_library(basis: str | None) -> Suite:
-    from envace_engine.environments.toy.library import LibrarySuite
-
     _one_basis("toy-library", basis)
     return LibrarySuite()
 
 
 def _tau2(domain: str) -> Callable[[str | None], Suite]:
     def make(basis: str | None) -> Suite:
-        from envace_engine.environments.tau2.suite import Tau2Suite
-
         return Tau2Suite(domain, basis or "official")
 
     return make

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import httpx
 
@@ -38,7 +39,6 @@ class Endpoint:
 
 def parse_endpoint(spec: str) -> Endpoint:
     """``openai+http://HOST:PORT[?model=NAME]`` as an ``Endpoint``."""
-    from urllib.parse import parse_qs, urlsplit
 
     parts = urlsplit(spec.removeprefix("openai+"))
     if not spec.startswith("openai+") or parts.scheme not in ("http", "https") or not parts.netloc:

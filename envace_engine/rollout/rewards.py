@@ -27,6 +27,8 @@ import httpx
 
 from envace_engine.environments import reference_match
 from envace_engine.environments.base import EpisodeScorer, NlJudge, Score, Suite
+from envace_engine.rollout.endpoints import Endpoint, chat
+from envace_engine.rollout.endpoints import NlJudge as EndpointJudge
 from envace_engine.types import Episode, Task, ToolCall
 
 if TYPE_CHECKING:
@@ -145,7 +147,6 @@ def parse_verdict(text: str, n_items: int) -> float | None:
 
 def judge_reward(config: JudgeConfig, client: httpx.Client | None = None) -> RewardFn:
     """Ask an OpenAI-compatible judge; ``None`` when it fails or answers off-format."""
-    from envace_engine.rollout.endpoints import chat
 
     endpoint = judge_endpoint(config)
     http = client or httpx.Client(timeout=config.timeout_s)
@@ -166,7 +167,6 @@ def judge_reward(config: JudgeConfig, client: httpx.Client | None = None) -> Rew
 
 def judge_endpoint(config: JudgeConfig) -> Endpoint:
     """The judge's ``rollout.endpoints.Endpoint`` (greedy, as τ² asks its judge)."""
-    from envace_engine.rollout.endpoints import Endpoint
 
     return Endpoint(
         config.url.rstrip("/"),
@@ -179,7 +179,6 @@ def judge_endpoint(config: JudgeConfig) -> Endpoint:
 
 def nl_judge(config: JudgeConfig) -> NlJudge:
     """τ²'s NL-assertion judge on the judge endpoint (``rollout.endpoints.NlJudge``)."""
-    from envace_engine.rollout.endpoints import NlJudge as EndpointJudge
 
     return EndpointJudge(judge_endpoint(config))
 

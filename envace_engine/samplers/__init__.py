@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from envace_engine.models import ModelError, ModelSpec, load_model, load_tokenizer
 from envace_engine.samplers.base import Generation, Sampler, SamplingParams
+from envace_engine.samplers.sglang import SGLangSampler
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -47,8 +48,6 @@ def make_sampler(
             **options,
         )
     if spec.kind == "sglang":
-        from envace_engine.samplers.sglang import SGLangSampler
-
         if dtype != "auto":
             raise ModelError(
                 f"{spec.name}: dtype {dtype!r} applies to the embedded sampler; an SGLang server "

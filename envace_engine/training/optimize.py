@@ -18,10 +18,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from envace_engine.training.batching import micro_batches
 from envace_engine.training.loss import LossInputs, RoleMetrics, policy_loss
 from envace_engine.training.parallel import distributed, fsdp
 from envace_engine.training.parts import Parts
+from envace_engine.training.precision import bf16_autocast
 from envace_engine.training.world_nll import nll_backward
 from envace_engine.types import Role, TrainRow
 
@@ -38,7 +41,6 @@ def optimize(
     with fewer micro-batches run zero-weight padding ones (``fsdp`` trap b), and the full copy
     the sampler and checkpoints read is refreshed after the step.
     """
-    import torch
 
     cfg, model, d = parts.config, parts.model, parts.dist
     if distributed.total(len(rows), d) == 0:  # nothing scorable anywhere: every rank skips
@@ -111,9 +113,6 @@ def _anchored(cfg: Any, row: TrainRow) -> bool:
 
 def world_nll_step(parts: Parts, targets: Sequence[TrainRow]) -> dict[str, float]:
     """The auxiliary world NLL's gradients (``training.world_nll``), under the step's autocast."""
-    import torch
-
-    from envace_engine.training.precision import bf16_autocast
 
     cfg = parts.config
     if cfg.loss.world_nll == 0:
@@ -180,7 +179,6 @@ class Mismatch:
 
 def mismatch(logprobs: Any, old_logprobs: Any, mask: Any) -> Mismatch:
     """``Mismatch`` sums of one micro-batch (``[B, L]`` tensors, ``mask`` 1 on trained tokens)."""
-    import torch
 
     with torch.no_grad():
         d = ((logprobs.detach() - old_logprobs) * mask).double()
@@ -192,7 +190,6 @@ def truncated_is(inputs: LossInputs, cap: float) -> LossInputs:
     """``inputs`` for truncated importance sampling: the ratio's old log-probs become the
     trainer's own (one optimizer step per rollout batch: its current scores, detached), and each
     token is weighted by ``min(exp(logp_trainer - logp_sampler), cap)`` (0 off the mask)."""
-    import torch
 
     with torch.no_grad():
         trainer = inputs.logprobs.detach()
@@ -207,9 +204,6 @@ def micro_step(
 ) -> tuple[Any, Mismatch]:
     """The loss of one micro-batch (bf16 autocast when configured), normalised by the totals,
     and how far the trainer's log-probs are from the sampler's on its tokens."""
-    import torch
-
-    from envace_engine.training.precision import bf16_autocast
 
     cfg = parts.config
     trained = _trained(parts)

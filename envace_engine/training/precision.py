@@ -16,6 +16,8 @@ import functools
 import logging
 from typing import Any
 
+import torch
+
 from envace_engine.samplers.embedded.packed import cpu_bf16
 
 LOG = logging.getLogger(__name__)
@@ -32,8 +34,6 @@ def bf16_autocast(requested: bool, device: Any) -> bool:
         _log_choice(kind, unit)
         return unit is not None
     if kind == "cuda":
-        import torch
-
         return bool(torch.cuda.is_bf16_supported())
     return True
 

@@ -31,13 +31,15 @@ from envace_engine.environments.base import Suite
 from envace_engine.fidelity.collusion import collusion, collusion_metrics
 from envace_engine.fidelity.metrics import compare
 from envace_engine.rollout.loop import RolloutConfig, rollout
+from envace_engine.rollout.parsing import result_to_json
 from envace_engine.rollout.prompts import rehearse_target
 from envace_engine.rollout.rewards import RewardFn
 from envace_engine.rollout.tokens import ChatTokenizer
 from envace_engine.samplers.base import Sampler
 from envace_engine.seeds import derive_seed
+from envace_engine.training.batching import micro_batches
 from envace_engine.training.metrics import fidelity_metrics
-from envace_engine.types import Episode, Mode, Task
+from envace_engine.types import Episode, Mode, Role, Task, TrainRow
 
 # Padded tokens per real-NLL forward. Rows are grouped by shared prompt prefix
 # (``batching.micro_batches(share_prefix=True)``): the rehearse prompts of one task share the
@@ -261,9 +263,6 @@ def real_nll(
     import torch
 
     from envace_engine.logprobs import completion_logprobs
-    from envace_engine.rollout.parsing import result_to_json
-    from envace_engine.training.batching import micro_batches
-    from envace_engine.types import Role, TrainRow
 
     rows = []
     for episode in episodes:

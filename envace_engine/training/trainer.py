@@ -28,6 +28,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from envace_engine.config import TrainConfig
 from envace_engine.environments import get_suite
 from envace_engine.environments.base import Suite
@@ -215,7 +217,6 @@ def probe(
 
 def setup(config: TrainConfig) -> Parts:
     """Load the model, optimizer, sampler, suite, tasks and reward for ``config``."""
-    import torch
 
     dist = distributed.init()
     random.seed(config.seed)

@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from envace_engine.environments.tool_environment import parameter_schemas
+from envace_engine.logprobs import completion_logprobs
 from envace_engine.rollout.parsing import result_to_json
 from envace_engine.rollout.prompts import (
     RehearseContext,
@@ -114,7 +115,6 @@ def sample_rows(rows: Sequence[T], limit: int, seed: int) -> list[T]:
 
 def batch_nll(model: Any, batch: Any, temperature: float = 1.0) -> tuple[torch.Tensor, int]:
     """(−Σ log p, token count) of a collated batch's completion tokens; differentiable."""
-    from envace_engine.logprobs import completion_logprobs
 
     lp = completion_logprobs(
         model,

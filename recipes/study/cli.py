@@ -30,6 +30,11 @@ from typing import Annotated, Any, NoReturn
 import typer
 
 from envace_engine.config import ConfigError, build, data_root, load
+from recipes.study.config import RESUMABLE, RESUMABLE_KEYS, StudyConfig
+from recipes.study.lanes import LanesError, alive, lane_main, supervise
+from recipes.study.report import build_report, markdown
+from recipes.study.runner import StartChanged, check_start, pause, redo_arms, run_study
+from recipes.study.state import StudyState
 
 # ``envace_engine.cli`` loads this module through its ``envace.commands`` entry point, so the
 # engine's CLI modules are imported inside the commands here, never at the top (a cycle)
@@ -105,6 +110,9 @@ class WriterSinks:
             writer = RunWriter.create(
                 self.root, kind, model=model, suite=self.suite, config=dict(config), run_id=run_id
             )
+
+        # not at the top: importing envace_engine.cli loads this plugin (`envace study`), so a
+        # top-level import of it here is a cycle when this module is imported first
         from envace_engine.cli.train import ProgressSink, tracked
 
         with writer, tracked(writer, self.report_to, run_id, config) as sink:
@@ -123,7 +131,6 @@ def _study_config(
     share every other setting; a moved SFT checkpoint must have the digest the study started
     from, which ``open_state`` checks); the change is recorded in the study's run.json, so
     later resumes and the report see it."""
-    from recipes.study.config import RESUMABLE, RESUMABLE_KEYS, StudyConfig
     from storage.layout import read_manifest, rewrite_config, run_dir
 
     if resume is None:
@@ -172,14 +179,6 @@ def study(
     """Run (or --resume) the study of a config; see `envace study report` for its report."""
     if ctx.invoked_subcommand is not None:
         return
-    from recipes.study.runner import (
-        StartChanged,
-        check_start,
-        pause,
-        redo_arms,
-        run_study,
-    )
-    from recipes.study.state import StudyState
     from storage.shards import RunWriter
 
     try:
@@ -246,7 +245,6 @@ def _lane_argv(folder: Path) -> list[str]:
 
 def _supervise(cfg: Any, writer: Any, sinks: WriterSinks, log: Any) -> None:
     """Run the study in ``cfg.lanes`` lane processes (``study.lanes``)."""
-    from recipes.study.lanes import LanesError, supervise
 
     try:
         supervise(cfg, writer.path, _lane_argv(writer.path), log, sinks, writer.progress)
@@ -256,7 +254,6 @@ def _supervise(cfg: Any, writer: Any, sinks: WriterSinks, log: Any) -> None:
 
 def _lane(cfg: Any, folder: Path | None) -> None:
     """One lane of a study that runs in lanes: claim a unit, run it, go on in a fresh image."""
-    from recipes.study.lanes import lane_main
 
     if folder is None:
         raise typer.BadParameter("--lane runs inside a study: pass --resume RUN with it")
@@ -301,9 +298,6 @@ def report(
     fmt: Annotated[str, typer.Option("--format", help="md | json")] = "md",
 ) -> None:
     """Print a study's report (from its study.json; works while it runs)."""
-    from recipes.study.config import StudyConfig
-    from recipes.study.report import build_report, markdown
-    from recipes.study.state import StudyState
     from storage.layout import read_manifest, run_dir
 
     if fmt not in ("md", "json"):
@@ -324,10 +318,6 @@ def pause_command(
     """Mark a study that is not running (stopped or killed mid-unit, its machine gone) as
     paused, in its state, report and progress, so the studio shows it waiting to be resumed;
     ``envace study --resume RUN`` goes on from its last record."""
-    from recipes.study.config import StudyConfig
-    from recipes.study.lanes import alive
-    from recipes.study.runner import pause
-    from recipes.study.state import StudyState
     from storage.layout import read_manifest, read_progress, run_dir
     from storage.shards import RunWriter
 

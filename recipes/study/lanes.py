@@ -24,6 +24,7 @@ differ from a sequential study's where the thread count changes the float roundi
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -268,8 +269,6 @@ def _spawn(argv: Sequence[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
 
 
 def _die_with_parent() -> None:
-    import ctypes
-
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
+import hashlib
 import math
 import platform
 import shutil
@@ -32,9 +34,13 @@ from typing import Any, Protocol, TypeVar
 from envace_engine import adapters
 from envace_engine.config import EVAL_BATCH_SIZE, EVAL_CACHE_TOKENS, PROMPT_FILE
 from envace_engine.environments import get_suite
+from envace_engine.models import load_model, load_tokenizer, resolve
 from envace_engine.rollout.loop import RolloutConfig
 from envace_engine.rollout.rewards import state_reward
+from envace_engine.samplers import make_sampler
+from envace_engine.samplers.embedded.heap import release_freed_memory
 from envace_engine.sink import Sink
+from envace_engine.training.checkpoint import latest
 from envace_engine.types import Episode
 from recipes.study.config import StudyConfig
 from recipes.study.evaluation import (
@@ -229,7 +235,6 @@ def study_units(
 def open_state(config: StudyConfig, study_dir: Path) -> StudyState:
     """The study's saved state (a new one the first time), checked against ``config`` and
     with a record for every arm: what every way of running the study starts from."""
-    from envace_engine.models import resolve
 
     resolve(config.model)  # a missing SFT checkpoint fails here, naming the path
     study_id = Path(study_dir).name
@@ -270,7 +275,6 @@ def relocate_kept(state: StudyState, study_dir: Path) -> None:
 def digest(model: str) -> str:
     """sha256 over a local checkpoint's weight files (name and bytes, in name order); ``""``
     for a registry model (its weights come from an installed package)."""
-    import hashlib
 
     folder = Path(model)
     files = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
@@ -405,7 +409,6 @@ def train_arm(
     """Train one arm to its last step (resuming its run), unless it is done or failed (then
     return False: nothing changed). ``keep``: where a finished LoRA arm's adapter is kept
     (``keep_adapter``)."""
-    from envace_engine.training.checkpoint import latest
     from envace_engine.training.trainer import train
 
     record = state.arms[arm]
@@ -480,7 +483,6 @@ def checkpoints(config: StudyConfig, state: StudyState, sinks: RunSinks) -> list
     """(name, model) of every checkpoint to evaluate: base, sft, each finished arm, then the
     last checkpoint of each earlier run named in ``eval.retired`` (``<arm>-rK``: the K-th run
     of that arm)."""
-    from envace_engine.training.checkpoint import latest
 
     check_retired(config, state)
     out = [("base", config.base_model)] if config.eval.base else []
@@ -566,9 +568,6 @@ def release_memory() -> None:
     the kernel's OOM killer at 24 GB resident in an evaluation that a fresh process ran at ~17 GB
     peak, and a fresh study's first evaluation was killed at 24.3 GB in its fifth setting when
     memory was returned only after each unit."""
-    import gc
-
-    from envace_engine.samplers.embedded.heap import release_freed_memory  # no torch import
 
     gc.collect()
     release_freed_memory()
@@ -608,8 +607,6 @@ def make_plan(config: StudyConfig) -> EvalPlan:
 
 def load_policy(name: str, model: str, config: StudyConfig) -> Policy:
     """A checkpoint's sampler, tokenizer and (local checkpoints) transformers model."""
-    from envace_engine.models import load_model, load_tokenizer, resolve
-    from envace_engine.samplers import make_sampler
     from envace_engine.training.precision import bf16_autocast
 
     spec = resolve(model)

@@ -11,6 +11,7 @@ newest checkpoint, saved every step). The file is plain JSON, so the studio and
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 from collections.abc import Iterator
@@ -155,7 +156,6 @@ class StudyState:
 def locked(folder: Path) -> Iterator[None]:
     """Hold the study's lock file (``fcntl.flock``): lane processes read, merge and write
     ``study.json`` one at a time."""
-    import fcntl
 
     with (Path(folder) / LOCK_FILE).open("a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)

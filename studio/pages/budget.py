@@ -17,6 +17,7 @@ from typing import cast
 import gradio as gr
 import pandas as pd
 
+from envace_engine.stats import RESAMPLES, paired_by_task
 from studio import charts, forms
 from studio.auth import AuthError
 from studio.context import Studio
@@ -120,7 +121,6 @@ def deltas(results: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
     """Per rehearsal setting: success, its Δ vs N = 0 of the same mode's curve and the 95 %
     bootstrap CI over tasks, paired by task (a task's success rate over its repeats in both),
     as ``envace sweep`` prints and the study's test-time table computes (``stats``)."""
-    from envace_engine.stats import RESAMPLES, paired_by_task
 
     rates = results.groupby(["mode", "budget", "task_id"])["success"].mean()
     by_setting = {key: dict(group.droplevel([0, 1])) for key, group in rates.groupby(level=[0, 1])}

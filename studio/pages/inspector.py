@@ -28,8 +28,10 @@ import gradio as gr
 import pandas as pd
 
 from envace_engine.chat_text import clean_text
+from envace_engine.models import SMOLLM2, TINY, cache_dir
 from envace_engine.types import StopReason
 from storage.search import ROLES as SEARCH_ROLES
+from storage.search import SearchQuery, snippet
 from studio.context import Studio
 from studio.lazy import PageLoads
 from studio.pages.runs import run_choices
@@ -460,7 +462,6 @@ def tokenizer_file(ctx: Studio, run_id: str) -> tuple[Path | None, str]:
     """(the run's ``tokenizer.json`` if this machine has one, the run's model): the file is
     looked for in the run folder, its checkpoints, its model's folder, a built-in model's
     cache."""
-    from envace_engine.models import SMOLLM2, TINY, cache_dir
 
     try:
         info = ctx.store.run(run_id)
@@ -481,7 +482,6 @@ def stand_in_tokenizer(ctx: Studio, run_id: str) -> tuple[Path | None, str]:
     this machine lacks but whose lineage names that built-in model: the run's own ``config``
     (an eval's or sweep's model) or a study's ``base_model`` (every model this project trains
     starts from one). (None, "") when nothing says which."""
-    from envace_engine.models import SMOLLM2, cache_dir
 
     try:
         manifests = ctx.store.manifests()
@@ -626,7 +626,6 @@ def search(
     tool: str,
 ) -> tuple[Any, str]:
     """(results table, message) of a text search in the run with the page's filters."""
-    from storage.search import SearchQuery, snippet
 
     try:
         if not run_id:

@@ -24,6 +24,7 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
+from envace_engine.environments import get_suite
 from envace_engine.models import is_local_model
 from studio import forms
 from studio.context import Studio
@@ -214,7 +215,6 @@ def parse_call(text: str) -> dict[str, Any]:
 
 def task_state(suite: str, split: str, task_id: str) -> str:
     """The task's first user turn, tools and initial state, for the user to write a call."""
-    from envace_engine.environments import get_suite
 
     try:
         tasks = {t.id: t for t in get_suite(suite).tasks(split)}

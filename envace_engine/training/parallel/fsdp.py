@@ -38,11 +38,15 @@ The traps, and how this module meets them:
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor, distribute_tensor
 
 from envace_engine.logprobs import completion_logprobs
 from envace_engine.training.parallel import distributed
@@ -112,8 +116,6 @@ def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
 
 @functools.cache
 def _mesh(device_type: str, world_size: int) -> Any:
-    from torch.distributed.device_mesh import init_device_mesh
-
     return init_device_mesh(device_type, (world_size,))
 
 
@@ -124,7 +126,6 @@ def shard(model: PreTrainedModel, d: distributed.Dist, *, frozen: bool = False) 
     backpropagated) also reshards the root after each forward; a trained root stays gathered
     between forward and backward, which would otherwise all-gather it again at once.
     """
-    from torch.distributed.fsdp import fully_shard
 
     if not d.enabled:
         raise ValueError("FSDP needs a process group: launch with torchrun --nproc_per_node N")
@@ -146,7 +147,6 @@ def prepare(
     the shards, so every rank's copy is identical whatever each rank loaded (the replacement
     for DDP's initial broadcast).
     """
-    import copy
 
     sharded = shard(copy.deepcopy(model), d)
     full = model.to(full_device).requires_grad_(False)
@@ -181,7 +181,6 @@ def load_weights(sharded: LogprobModule, full: torch.nn.Module) -> None:
 
 def _shard_like(value: torch.Tensor, param: Any) -> Any:
     """``value`` (a full tensor shaped like ``param``) as this rank's shard of it."""
-    from torch.distributed.tensor import distribute_tensor
 
     local = value.to(param.device)
     # src_data_rank=None: every rank holds the full value, so each keeps its chunk, no scatter.
@@ -195,7 +194,6 @@ def full_optimizer_state(optimizer: torch.optim.Optimizer, keep: bool) -> dict[s
     only a rank with ``keep`` (the one that writes the checkpoint) builds the dict, on the CPU,
     the others drop each gathered tensor at once and get ``None``.
     """
-    from torch.distributed.tensor import DTensor
 
     sd = optimizer.state_dict()
     state: dict[int, dict[str, Any]] = {}
@@ -233,7 +231,6 @@ def shard_optimizer_state(
 
 def _is_full_of(value: Any, param: Any) -> bool:
     """Whether ``value`` is a per-element state tensor (AdamW moments) of sharded ``param``."""
-    from torch.distributed.tensor import DTensor
 
     return (
         isinstance(param, DTensor)
@@ -245,7 +242,6 @@ def _is_full_of(value: Any, param: Any) -> bool:
 
 def norm_value(norm: torch.Tensor) -> float:
     """The float of ``clip_grad_norm_``'s result, a DTensor when the gradients are sharded."""
-    from torch.distributed.tensor import DTensor
 
     return float(norm.full_tensor() if isinstance(norm, DTensor) else norm)
 

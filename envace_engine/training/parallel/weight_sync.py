@@ -25,6 +25,7 @@ from envace_engine import adapters
 from envace_engine.models import resolve
 from envace_engine.samplers import Sampler, make_sampler
 from envace_engine.samplers.base import AdapterReceiver, WeightReceiver
+from envace_engine.samplers.sglang import SamplerError, SGLangSampler
 from envace_engine.training.parallel import distributed
 
 
@@ -81,7 +82,6 @@ def server_sampler(spec: str) -> Sampler:
     only at the first weight push. The spec's ``?tokenizer=`` is not used: prompts are rendered
     with the trained model's tokenizer, the one in every checkpoint pushed to the servers.
     """
-    from envace_engine.samplers.sglang import SamplerError, SGLangSampler
 
     sampler = make_sampler(resolve(spec))
     assert isinstance(sampler, SGLangSampler)  # resolve() gives an sglang spec for sglang+...
@@ -100,7 +100,6 @@ def _push_weights(
     source: WeightSource, receiver: WeightReceiver, run_dir: Path, step: int
 ) -> str | None:
     """Write, push, then prune older copies (rank 0); the error message if anything failed."""
-    from envace_engine.samplers.sglang import SamplerError
 
     root = run_dir / WEIGHTS
     try:
@@ -123,7 +122,6 @@ def _push_weights(
 def _push_adapter(peft: Any, receiver: AdapterReceiver, run_dir: Path, step: int) -> str | None:
     """Write the adapter, load it on every server under a new name, switch the requests to it,
     drop the previous one and older copies (rank 0); the error message if anything failed."""
-    from envace_engine.samplers.sglang import SamplerError
 
     root = run_dir / WEIGHTS
     try:
