@@ -67,7 +67,6 @@ def serve(
     # commands (and `envace --help`) do not need
     from envace_engine.cli import world_serve as ws
 
-
     if stdio == (http is not None):
         raise typer.BadParameter(
             "give exactly one of --stdio and --http PORT", param_hint="--stdio"
