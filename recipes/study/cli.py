@@ -111,8 +111,7 @@ class WriterSinks:
                 self.root, kind, model=model, suite=self.suite, config=dict(config), run_id=run_id
             )
 
-        # not at the top: importing envace_engine.cli loads this plugin (`envace study`), so a
-        # top-level import of it here is a cycle when this module is imported first
+        # inside, not at the top: the plugin cycle (module comment above)
         from envace_engine.cli.train import ProgressSink, tracked
 
         with writer, tracked(writer, self.report_to, run_id, config) as sink:
