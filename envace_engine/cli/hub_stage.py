@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from envace_engine import adapters
+from envace_engine.training.checkpoint import latest
 
 # the trainer's resume state: optimizer moments, RNG, our step counter — not a model's files
 RESUME_FILES = frozenset({"trainer_state.pt", "state.json"})
@@ -36,8 +37,6 @@ class StageError(ValueError):
 def find_checkpoint(run_dir: Path) -> Path:
     """The run's model: ``model/`` (an SFT run) or its newest complete training checkpoint;
     either may be a LoRA adapter, which is pushed as an adapter repo (peft loads it back)."""
-    from envace_engine.training.checkpoint import latest
-
     model = run_dir / "model"
     if (model / "config.json").is_file() or adapters.is_adapter_dir(model):
         return model

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from tqdm import tqdm
 
 from envace_engine.cli import compose
 from envace_engine.config import (
@@ -49,8 +50,6 @@ class ProgressSink:
     def __init__(
         self, inner: Sink, desc: str, unit: str = "step", meter: TokenCounting | None = None
     ) -> None:
-        from tqdm import tqdm
-
         self.inner = inner
         self.bar = tqdm(total=0, desc=desc, unit=unit, dynamic_ncols=True)
         self.desc, self.shown, self.message = desc, "", ""

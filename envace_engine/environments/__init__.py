@@ -28,6 +28,7 @@ from envace_engine.environments.reference import reference_match
 from envace_engine.environments.tau2.suite import Tau2Suite
 from envace_engine.environments.toy.library import LibrarySuite
 from envace_engine.environments.toy.suite import ToySuite
+from envace_engine.environments.vita.suite import VitaSuite
 from envace_engine.types import Task
 
 __all__ = [
@@ -70,8 +71,6 @@ def _tau2(domain: str) -> Callable[[str | None], Suite]:
 
 def _vita(domain: str, language: str) -> Callable[[str | None], Suite]:
     def make(basis: str | None) -> Suite:
-        from envace_engine.environments.vita.suite import VitaSuite
-
         return VitaSuite(domain, language, basis or "official")
 
     return make

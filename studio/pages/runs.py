@@ -10,6 +10,7 @@ from typing import cast
 
 import gradio as gr
 import pandas as pd
+import tomli_w
 
 from envace_engine.environments.vita.comparable import comparability
 from envace_engine.tracking import tracker_note
@@ -123,8 +124,6 @@ def launch(ctx: Studio, user: str | None, values: dict[str, object]) -> tuple[st
 
 def start(ctx: Studio, request: forms.LaunchRequest) -> tuple[str, str | None]:
     """Start a validated request as a job: its job file first, then the command on it."""
-    import tomli_w
-
     try:
         for model in filter(None, (request.model, request.user)):
             if not model.startswith("openai+"):  # an outside endpoint runs nothing here
