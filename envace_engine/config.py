@@ -16,12 +16,17 @@ from __future__ import annotations
 
 import json
 import os
+import textwrap
 import tomllib
+import typing
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.fields import FieldInfo
 
 from envace_engine.adapters import split_name
 from envace_engine.models import ModelError, resolve
@@ -54,7 +59,7 @@ class RolloutSettings(Section):
     max_episode_tokens: int = Field(4096, ge=1, description="policy tokens per episode")
     context_limit: int = Field(8192, ge=1, description="prompt + new tokens of any generation")
     temperature: float = Field(1.0, gt=0, description="sampling temperature (> 0 for GRPO)")
-    top_p: float = Field(1.0, gt=0, le=1)
+    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling mass; 1 = off")
     grounded_rehearsal: bool = Field(True, description="reference results in rehearse prompts")
     rehearse_history: bool = Field(True, description="conversation so far in rehearse prompts")
     world_state: bool = Field(
@@ -177,15 +182,21 @@ def with_checkpoint_prompts(data: Mapping[str, Any]) -> dict[str, Any]:
 class AdvantageSettings(Section):
     """Role-wise GRPO advantages (``advantages.compute_advantages``)."""
 
-    pooling: Literal["rows", "trajectories"] = "rows"
-    scale_by_std: bool = False
-    role_wise: bool = True
+    pooling: Literal["rows", "trajectories"] = Field(
+        "rows",
+        description="the baseline b: mean over the pool's rows (EnvACE) or over its "
+        "trajectories, each counted once",
+    )
+    scale_by_std: bool = Field(False, description="divide by the pool's std (TRL, verl)")
+    role_wise: bool = Field(
+        True, description="one pool per role in a group; false = one shared pool (ablation)"
+    )
 
 
 class LossSettings(Section):
     """The clipped policy-gradient loss (``loss.policy_loss``)."""
 
-    clip_eps_low: float = Field(0.2, ge=0, lt=1)
+    clip_eps_low: float = Field(0.2, ge=0, lt=1, description="ratio clip below 1: 1 − eps")
     clip_eps_high: float | None = Field(None, ge=0, description="defaults to clip_eps_low")
     dual_clip: float | None = Field(3.0, gt=1, description="None turns the dual clip off")
     kl_coef: float = Field(0.0, ge=0, description="> 0 loads a frozen reference model")
@@ -214,7 +225,11 @@ class LossSettings(Section):
         "replayed examples together), a uniform sample drawn by the step's seed; each row costs "
         "a forward and backward over its whole rehearse prompt; 0 = every row",
     )
-    aggregation: Literal["seq_mean_token_mean", "token_mean"] = "seq_mean_token_mean"
+    aggregation: Literal["seq_mean_token_mean", "token_mean"] = Field(
+        "seq_mean_token_mean",
+        description="mean over each row's tokens then over rows (TRL grpo), or one mean over "
+        "the batch's tokens (TRL bnpo)",
+    )
     tis_cap: float | None = Field(
         None,
         ge=1,
@@ -273,10 +288,10 @@ class LoraSettings(Section):
 class OptimSettings(Section):
     """AdamW with a constant learning rate and global-norm gradient clipping."""
 
-    lr: float = Field(1e-6, gt=0)
-    betas: tuple[float, float] = (0.9, 0.999)
-    weight_decay: float = Field(0.0, ge=0)
-    eps: float = Field(1e-8, gt=0)
+    lr: float = Field(1e-6, gt=0, description="learning rate (constant)")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW's moment decays")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW's decoupled weight decay")
+    eps: float = Field(1e-8, gt=0, description="AdamW's denominator epsilon")
     grad_clip: float | None = Field(1.0, gt=0, description="max grad norm; None = no clipping")
 
 
@@ -322,18 +337,27 @@ class TrainConfig(Section):
         description="sglang+http://HOST:PORT[,HOST2:PORT] to roll out on SGLang servers (each "
         "step's weights are pushed to them); None = sample in process from the trained model",
     )
-    suite: str = "toy"
-    split: str = "train"
+    suite: str = Field("toy", description="task suite (`envace tasks list`)")
+    split: str = Field("train", description="split the training tasks come from")
     task_filter: dict[str, str] = Field(
         default_factory=dict, description="keep tasks whose meta[key] equals value"
     )
-    mode: TrainMode = "envace"
-    reward: RewardKind = "state"
-    judge_url: str | None = None
+    mode: TrainMode = Field(
+        "envace",
+        description="envace: rehearsal rollouts, both roles trained; real-grpo: real rollouts, "
+        "act trained; act-only: rehearsal rollouts, world role frozen; simulator: a frozen "
+        "simulator answers, act trained",
+    )
+    reward: RewardKind = Field(
+        "state",
+        description="task success: state (replay the calls on the real backend, compare with "
+        "the reference), reference (compare the calls), judge (an LLM judge at judge_url)",
+    )
+    judge_url: str | None = Field(None, description="http://HOST:PORT of the judge (reward judge)")
     steps: int = Field(30, ge=1, description="optimizer steps (one per rollout batch)")
-    tasks_per_step: int = Field(4, ge=1)
+    tasks_per_step: int = Field(4, ge=1, description="tasks rolled out per step")
     group_size: int = Field(4, ge=1, description="episodes per task (G)")
-    seed: int = 0
+    seed: int = Field(0, description="task order, sampling and initialisation seed")
     micro_batch_tokens: int = Field(4096, ge=1, description="padded tokens per micro-batch")
     bf16: bool = Field(
         False,
@@ -364,15 +388,15 @@ class TrainConfig(Section):
         description="studio data folder (runs go to <root>/runs/<run_id>); "
         "None = $ENVACE_HOME or ./runs",
     )
-    run_id: str | None = None
-    rollout: RolloutSettings = RolloutSettings()
-    advantages: AdvantageSettings = AdvantageSettings()
-    loss: LossSettings = LossSettings()
-    world: WorldSettings = WorldSettings()
-    optim: OptimSettings = OptimSettings()
-    distributed: DistributedSettings = DistributedSettings()
-    probe: ProbeSettings = ProbeSettings()
-    lora: LoraSettings = LoraSettings()
+    run_id: str | None = Field(None, description="the run's folder name; None = a fresh id")
+    rollout: RolloutSettings = Field(RolloutSettings(), description="[rollout]: prompts, sampling")
+    advantages: AdvantageSettings = Field(AdvantageSettings(), description="[advantages]")
+    loss: LossSettings = Field(LossSettings(), description="[loss]: the clipped PG loss")
+    world: WorldSettings = Field(WorldSettings(), description="[world]: world-role rewards")
+    optim: OptimSettings = Field(OptimSettings(), description="[optim]: AdamW")
+    distributed: DistributedSettings = Field(DistributedSettings(), description="[distributed]")
+    probe: ProbeSettings = Field(ProbeSettings(), description="[probe]: held-out probes")
+    lora: LoraSettings = Field(LoraSettings(), description="[lora]: adapters instead of weights")
 
     @model_validator(mode="after")
     def _cross_checks(self) -> TrainConfig:
@@ -460,12 +484,18 @@ class SFTConfig(Section):
     records ``[rollout]``'s prompt settings (``PROMPT_KEYS``).
     """
 
-    model: str = "smollm2-135m"
-    suite: str = "toy"
-    split: str = "train"
-    task_filter: dict[str, str] = Field(default_factory=dict)
+    model: str = Field("smollm2-135m", description="registry name or checkpoint dir to train")
+    suite: str = Field("toy", description="task suite (`envace tasks list`)")
+    split: str = Field("train", description="split the reference trajectories come from")
+    task_filter: dict[str, str] = Field(
+        default_factory=dict, description="keep tasks whose meta[key] equals value"
+    )
     n_tasks: int = Field(200, ge=1, description="tasks whose reference trajectories are used")
-    roles: tuple[Literal["act", "rehearse", "memory"], ...] = ("act", "rehearse")
+    roles: tuple[Literal["act", "rehearse", "memory"], ...] = Field(
+        ("act", "rehearse"),
+        description="roles whose completions are trained: the agent's calls, the world's "
+        "answers, rehearsal memories",
+    )
     memory_fraction: float = Field(
         0.0,
         ge=0,
@@ -481,7 +511,7 @@ class SFTConfig(Section):
         "the schema lacks, a required one dropped, a wrong type) whose rehearse target is the "
         "real environment's error (training.sft.invalid); 0 = reference calls only",
     )
-    max_steps: int = Field(100, ge=1)
+    max_steps: int = Field(100, ge=1, description="optimizer steps")
     batch_size: int = Field(8, ge=1, description="sequences per step (see pack_turns)")
     pack_turns: bool = Field(
         False,
@@ -489,8 +519,10 @@ class SFTConfig(Section):
         "earlier turn): one forward for all of them, the loss and gradients of separate "
         "examples; batch_size then counts sequences, so a step sees more turns",
     )
-    lr: float = Field(1e-4, gt=0)
-    lr_schedule: Literal["constant", "cosine"] = "constant"
+    lr: float = Field(1e-4, gt=0, description="peak learning rate (AdamW)")
+    lr_schedule: Literal["constant", "cosine"] = Field(
+        "constant", description="after warm-up: constant, or cosine down to min_lr_ratio·lr"
+    )
     warmup_steps: int = Field(0, ge=0, description="linear warm-up steps before the schedule")
     min_lr_ratio: float = Field(0.1, ge=0, le=1, description="cosine floor, as a share of lr")
     grad_clip: float | None = Field(1.0, gt=0, description="max grad norm; None = no clipping")
@@ -500,19 +532,87 @@ class SFTConfig(Section):
         "AVX512-BF16, a GPU); fp32 elsewhere, with a warning",
     )
     report_to: ReportTo = Field("none", description="also log metrics to trackio or wandb")
-    seed: int = 0
+    seed: int = Field(0, description="task order and initialisation seed")
     eval_split: str | None = Field(
         "validation", description="held-out split scored teacher-forced at the end; None = skip"
     )
     eval_tasks: int = Field(64, ge=1, description="held-out tasks scored teacher-forced")
     out_dir: str | None = Field(None, description="checkpoint dir; None = <run dir>/model")
-    root: str | None = None  # as TrainConfig.root
-    run_id: str | None = None
-    rollout: RolloutSettings = RolloutSettings()
-    lora: LoraSettings = LoraSettings()
+    root: str | None = Field(None, description="studio data folder, as TrainConfig.root")
+    run_id: str | None = Field(None, description="the run's folder name; None = a fresh id")
+    rollout: RolloutSettings = Field(
+        RolloutSettings(), description="[rollout]: prompt settings the checkpoint records"
+    )
+    lora: LoraSettings = Field(LoraSettings(), description="[lora]: adapters instead of weights")
 
 
 C = TypeVar("C", bound=BaseModel)
+
+
+def same_as(model: type[BaseModel], name: str) -> FieldInfo:
+    """``model``'s declaration of ``name`` (description, bounds), for a field that means the same
+    in another section: ``steps: Annotated[int, same_as(TrainConfig, "steps")] = 40`` keeps its
+    own default and is documented and checked once."""
+    return model.model_fields[name]
+
+
+@dataclass(frozen=True)
+class Key:
+    """One settable key of a config (what ``--set NAME=VALUE`` takes)."""
+
+    name: str  # dotted: ``loss.world_nll``
+    type: str
+    default: str
+    description: str
+
+
+def keys(cls: type[BaseModel], prefix: str = "") -> list[Key]:
+    """Every leaf key of ``cls``, sections expanded, in declaration order."""
+    out: list[Key] = []
+    for name, field in cls.model_fields.items():
+        kind = field.annotation
+        if isinstance(kind, type) and issubclass(kind, BaseModel):
+            out += keys(kind, f"{prefix}{name}.")
+            continue
+        default = (
+            "(required)"
+            if field.is_required()
+            else _literal(field.get_default(call_default_factory=True))
+        )
+        out.append(Key(prefix + name, _type_name(kind), default, field.description or ""))
+    return out
+
+
+def _literal(value: Any) -> str:
+    """``value`` as ``--set`` writes it (a TOML literal); ``None`` (unset) has none."""
+    if value is None:
+        return "None"
+    if isinstance(value, Enum):
+        value = value.value
+    if isinstance(value, Mapping):  # an inline table (JSON's objects are not TOML)
+        return "{" + ", ".join(f"{k} = {_literal(v)}" for k, v in value.items()) + "}"
+    return json.dumps(value)  # strings, numbers, booleans and arrays read the same in TOML
+
+
+def _type_name(kind: Any) -> str:
+    if isinstance(kind, type) and not typing.get_args(kind):
+        return kind.__name__
+    return str(kind).replace("typing.", "").replace("NoneType", "None")
+
+
+def format_keys(cls: type[BaseModel]) -> str:
+    """``keys(cls)`` for a terminal: ``name: type = default`` and its description indented."""
+    lines = []
+    for key in keys(cls):
+        lines.append(f"{key.name}: {key.type} = {key.default}")
+        lines += textwrap.wrap(
+            key.description,
+            96,
+            initial_indent="    ",
+            subsequent_indent="    ",
+            break_on_hyphens=False,
+        )
+    return "\n".join(lines)
 
 
 def data_root(root: str | None) -> Path:

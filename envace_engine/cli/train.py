@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from pydantic import BaseModel
 from tqdm import tqdm
 
 from envace_engine.cli import compose
@@ -26,6 +27,7 @@ from envace_engine.config import (
     TrainConfig,
     build,
     data_root,
+    format_keys,
     load,
 )
 from envace_engine.samplers.base import TokenCounting
@@ -35,7 +37,11 @@ from envace_engine.training.parallel import distributed
 from envace_engine.types import Episode
 
 CONFIG_HELP = "TOML config file (see configs/*.toml)"
-SET_HELP = "override one key, e.g. --set steps=10 --set rollout.temperature=0.7 (repeatable)"
+SET_HELP = (
+    "override one key, e.g. --set steps=10 --set rollout.temperature=0.7 (repeatable; --keys "
+    "lists them)"
+)
+KEYS_HELP = "list every key of the config (its type, default and description) and exit"
 
 
 class ProgressSink:
@@ -132,12 +138,27 @@ def _open_run(root: str | None, kind: str, cfg: Any, run_id: str | None) -> Any:
     return compose.open_writer(root, None, kind, cfg.model, cfg.suite, config, run_id)
 
 
+def keys_option(cls: type[BaseModel]) -> Any:
+    """``--keys``: print ``cls``'s keys and exit before anything else is read (eager)."""
+
+    def show(value: bool) -> None:
+        if value:
+            typer.echo(format_keys(cls))
+            raise typer.Exit()
+
+    return typer.Option("--keys", is_eager=True, callback=show, help=KEYS_HELP)
+
+
 ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help=CONFIG_HELP)]
 SetOpt = Annotated[list[str] | None, typer.Option("--set", help=SET_HELP)]
 ResumeOpt = Annotated[str | None, typer.Option("--resume", help="run id or run dir to continue")]
 
 
-def sft(config: ConfigOpt = None, overrides: SetOpt = None) -> None:
+def sft(
+    config: ConfigOpt = None,
+    overrides: SetOpt = None,
+    _keys: Annotated[bool, keys_option(SFTConfig)] = False,
+) -> None:
     """SFT warm-up on reference trajectories of both roles; saves a checkpoint dir."""
     from envace_engine.training.sft import run_sft
 
@@ -155,7 +176,12 @@ def sft(config: ConfigOpt = None, overrides: SetOpt = None) -> None:
     typer.echo(f"run {writer.run_id}: model saved to {out}  (train with --set model={out})")
 
 
-def train(config: ConfigOpt = None, resume: ResumeOpt = None, overrides: SetOpt = None) -> None:
+def train(
+    config: ConfigOpt = None,
+    resume: ResumeOpt = None,
+    overrides: SetOpt = None,
+    _keys: Annotated[bool, keys_option(TrainConfig)] = False,
+) -> None:
     """Role-wise GRPO (modes envace, real-grpo, act-only); checkpoints; --resume continues."""
     from envace_engine.training.trainer import train as run_train
 

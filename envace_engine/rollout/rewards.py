@@ -12,7 +12,8 @@ A reward function returns ``None`` when an episode cannot be scored (the judge f
 answer did not parse). ``None`` is carried through to the advantages, which exclude the episode
 from its group's baseline: an unscorable episode is never silently scored 0.
 
-The rehearse role has no reward of its own: rehearsals are shaped only through the agent's success.
+These are task rewards. A rehearse row is shaped through the agent's success, and, with
+``world.task_weight`` < 1, also by its own fidelity (``training.world_reward``).
 """
 
 from __future__ import annotations

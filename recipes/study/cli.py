@@ -29,7 +29,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
-from envace_engine.config import ConfigError, build, data_root, load
+from envace_engine.config import ConfigError, build, data_root, format_keys, load
 from recipes.study.config import RESUMABLE, RESUMABLE_KEYS, StudyConfig
 from recipes.study.lanes import LanesError, alive, lane_main, supervise
 from recipes.study.report import build_report, markdown
@@ -50,7 +50,10 @@ app = typer.Typer(
 
 ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="study TOML config")]
 ResumeOpt = Annotated[str | None, typer.Option("--resume", help="study run id or dir to continue")]
-SetOpt = Annotated[list[str] | None, typer.Option("--set", help="override one key (repeatable)")]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="override one key (repeatable; `envace study keys` lists them)"),
+]
 RedoOpt = Annotated[
     list[str] | None,
     typer.Option(
@@ -337,3 +340,10 @@ def pause_command(
     pause(build(StudyConfig, read_manifest(path).config), path)
     RunWriter(path).finish("paused", f"paused: envace study --resume {path} goes on")
     typer.echo(f"study {path.name} paused: envace study --resume {path} goes on")
+
+
+@app.command("keys")
+def keys_command() -> None:
+    """List every key a study config takes (its type, default and description): what
+    ``--config FILE`` holds and ``--set KEY=VALUE`` overrides."""
+    typer.echo(format_keys(StudyConfig))

@@ -23,7 +23,7 @@ the arms share everything else.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -39,7 +39,9 @@ from envace_engine.config import (
     RolloutSettings,
     Section,
     TrainConfig,
+    same_as,
 )
+from envace_engine.specs import SweepSpec
 from envace_engine.stats import RESAMPLES
 
 ArmName = Literal["envace", "real-grpo", "act-only", "shared-baseline", "simulator", "fidelity"]
@@ -81,27 +83,29 @@ class StudyFidelity(Section):
 class StudyTrain(Section):
     """What every arm shares (``TrainConfig`` keys; an arm adds only its mode/baseline)."""
 
-    split: str = "train"
-    task_filter: dict[str, str] = Field(default_factory=dict)
-    reward: Literal["state", "reference"] = "state"
-    steps: int = Field(40, ge=1)
-    tasks_per_step: int = Field(8, ge=1)
-    group_size: int = Field(4, ge=2)
-    micro_batch_tokens: int = Field(4096, ge=1)
-    bf16: bool = True
+    split: Annotated[str, same_as(TrainConfig, "split")] = "train"
+    task_filter: Annotated[dict[str, str], same_as(TrainConfig, "task_filter")]
+    reward: Annotated[Literal["state", "reference"], same_as(TrainConfig, "reward")] = "state"
+    steps: Annotated[int, same_as(TrainConfig, "steps")] = 40
+    tasks_per_step: Annotated[int, same_as(TrainConfig, "tasks_per_step")] = 8
+    group_size: int = Field(4, ge=2, description="episodes per task (G); 1 would train nothing")
+    micro_batch_tokens: Annotated[int, same_as(TrainConfig, "micro_batch_tokens")] = 4096
+    bf16: Annotated[bool, same_as(TrainConfig, "bf16")] = True
     checkpoint_every: int = Field(1, ge=1, description="1: a killed arm repeats no step")
     require_signal: bool = Field(
         True,
         description="mark an arm failed when no step had a row with a non-zero advantage "
         "(no reward variance anywhere); false keeps such an arm (plumbing tests)",
     )
-    rollout: RolloutSettings = RolloutSettings()
-    advantages: AdvantageSettings = AdvantageSettings()
-    loss: LossSettings = LossSettings()
-    optim: OptimSettings = OptimSettings()
-    probe: ProbeSettings = ProbeSettings()
+    rollout: Annotated[RolloutSettings, same_as(TrainConfig, "rollout")] = RolloutSettings()
+    advantages: Annotated[AdvantageSettings, same_as(TrainConfig, "advantages")] = (
+        AdvantageSettings()
+    )
+    loss: Annotated[LossSettings, same_as(TrainConfig, "loss")] = LossSettings()
+    optim: Annotated[OptimSettings, same_as(TrainConfig, "optim")] = OptimSettings()
+    probe: Annotated[ProbeSettings, same_as(TrainConfig, "probe")] = ProbeSettings()
     # LoRA arms: each finished arm's adapter is kept in the study folder (runner.keep_adapter)
-    lora: LoraSettings = LoraSettings()
+    lora: Annotated[LoraSettings, same_as(TrainConfig, "lora")] = LoraSettings()
 
 
 # --set keys ``envace study --resume`` accepts (and records): prefixes, and whole keys
@@ -112,11 +116,13 @@ RESUMABLE_KEYS = frozenset({"lanes", "model"})
 class StudyEval(Section):
     """Held-out evaluation of each checkpoint (``study.evaluation``)."""
 
-    split: str = "validation"
-    n_tasks: int = Field(64, ge=1)
-    repeats: int = Field(2, ge=1)
-    budgets: tuple[int, ...] = (0, 1, 2)
-    modes: tuple[Literal["parallel", "sequential"], ...] = ("parallel", "sequential")
+    split: str = Field("validation", description="held-out split the tasks come from")
+    n_tasks: Annotated[int, same_as(SweepSpec, "n_tasks")] = 64
+    repeats: Annotated[int, same_as(SweepSpec, "repeats")] = 2
+    budgets: Annotated[tuple[int, ...], same_as(SweepSpec, "budgets")] = (0, 1, 2)
+    modes: tuple[Literal["parallel", "sequential"], ...] = Field(
+        ("parallel", "sequential"), min_length=1, description="rehearsal modes at each budget"
+    )
     select_budgets: tuple[int, ...] = Field(
         (),
         description="budgets N at which the select mode (docs/rehearsal.md) is also evaluated",
@@ -127,7 +133,7 @@ class StudyEval(Section):
         "too (named <arm>-r1, <arm>-r2, ... by their place among the arm's earlier runs: shown "
         "in the tables, never used by a verdict)",
     )
-    temperature: float = Field(EVAL_TEMPERATURE, gt=0)
+    temperature: float = Field(EVAL_TEMPERATURE, gt=0, description="sampling temperature")
     memory_tokens: int = Field(MEMORY_TOKENS, ge=1, description="tokens per memory")
     bootstrap: int = Field(RESAMPLES, ge=100, description="bootstrap resamples for the 95 % CIs")
     base: bool = Field(True, description="also evaluate the base model (before SFT)")
@@ -146,11 +152,14 @@ class StudyConfig(Section):
 
     model: str = Field(description="the SFT checkpoint every arm starts from")
     base_model: str = Field("smollm2-135m", description="the model before SFT (row 'base')")
-    suite: str = "toy"
-    arms: tuple[ArmName, ...] = ("envace", "real-grpo", "act-only", "shared-baseline")
-    seed: int = 0
-    root: str | None = None
-    run_id: str | None = None
+    suite: Annotated[str, same_as(TrainConfig, "suite")] = "toy"
+    arms: tuple[ArmName, ...] = Field(
+        ("envace", "real-grpo", "act-only", "shared-baseline"),
+        description="training arms, each its own run from model (ARM_OVERRIDES)",
+    )
+    seed: int = Field(0, description="every arm's and evaluation's seed")
+    root: Annotated[str | None, same_as(TrainConfig, "root")] = None
+    run_id: str | None = Field(None, description="the study's folder name; None = a fresh id")
     cost: str = Field("", description="what the full study costs on the reference machine")
     report_to: ReportTo = Field("none", description="also log every run's metrics to a tracker")
     lanes: int = Field(
@@ -160,13 +169,18 @@ class StudyConfig(Section):
         description="units (an arm's training, a checkpoint's evaluation) run at once, each "
         "in its own process on cores // lanes threads (study.lanes)",
     )
-    train: StudyTrain = StudyTrain()
-    eval: StudyEval = StudyEval()
-    fidelity: StudyFidelity = StudyFidelity()
+    train: StudyTrain = Field(StudyTrain(), description="[train]: what every arm shares")
+    eval: StudyEval = Field(StudyEval(), description="[eval]: each checkpoint's evaluation")
+    fidelity: StudyFidelity = Field(
+        StudyFidelity(), description="[fidelity]: what the fidelity arm adds"
+    )
     # Filled from ``model``'s checkpoint record by ``config.build`` (INHERITS_PROMPTS) and
     # folded into [train.rollout] (``_fold_prompts``); a study renders every prompt as the SFT
     # checkpoint was trained.
-    rollout: dict[str, Any] = Field(default_factory=dict)
+    rollout: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the SFT checkpoint's prompt settings (filled in; folded into [train.rollout])",
+    )
 
     @model_validator(mode="before")
     @classmethod
