@@ -84,7 +84,9 @@ class StudyTrain(Section):
     """What every arm shares (``TrainConfig`` keys; an arm adds only its mode/baseline)."""
 
     split: Annotated[str, same_as(TrainConfig, "split")] = "train"
-    task_filter: Annotated[dict[str, str], same_as(TrainConfig, "task_filter")]
+    task_filter: Annotated[dict[str, str], same_as(TrainConfig, "task_filter")] = Field(
+        default_factory=dict
+    )
     reward: Annotated[Literal["state", "reference"], same_as(TrainConfig, "reward")] = "state"
     steps: Annotated[int, same_as(TrainConfig, "steps")] = 40
     tasks_per_step: Annotated[int, same_as(TrainConfig, "tasks_per_step")] = 8
