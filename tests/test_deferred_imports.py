@@ -15,40 +15,33 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_layering import CLI_NEVER_LOADS  # what the CLI's start may not load
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("envace_engine", "storage", "studio", "recipes")
 
 SOURCES = [p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))]
 
 # Third-party packages whose import costs a noticeable start-up (or pulls a server stack): the
-# CLI, the studio's pages and the tests import the modules that use them without paying for them.
-HEAVY = frozenset(
-    {
-        "torch",
-        "transformers",
-        "trl",
-        "peft",
-        "accelerate",
-        "safetensors",
-        "tokenizers",
-        "datasets",
-        "huggingface_hub",
-        "pyarrow",
-        "numpy",
-        "duckdb",
-        "sqlmodel",
-        "sqlalchemy",
-        "gradio",
-        "altair",
-        "pandas",
-        "mcp",
-        "uvicorn",
-        "trackio",
-        "sglang",
-        "bfcl_eval",
-        "playwright",
-    }
-)
+# ones the CLI's start may not load, and more; the CLI, the studio's pages and the tests import
+# the modules that use them without paying for them.
+HEAVY = frozenset(CLI_NEVER_LOADS) | {
+    "accelerate",
+    "safetensors",
+    "tokenizers",
+    "datasets",
+    "huggingface_hub",
+    "pyarrow",
+    "numpy",
+    "sqlalchemy",
+    "gradio",
+    "altair",
+    "pandas",
+    "trackio",
+    "sglang",
+    "bfcl_eval",
+    "playwright",
+}
 # (file, imported module) -> why the import cannot sit at the top.
 CYCLES: dict[tuple[str, str], str] = {
     ("studio/pages/annotate.py", "studio.pages"): "queue imports annotate",
